@@ -121,15 +121,17 @@ install_horovod() {
 }
 
 install_project() {
-  local installed_from
-  installed_from="$("$VENV_DIR/bin/python" -c \
-    'import importlib.util as u; s = u.find_spec("selfcheck"); print(s.origin if s else "")' 2>/dev/null || true)"
-  if [ "$installed_from" = "$REPO_DIR/selfcheck.py" ]; then
+  # Re-install when the checkout or its pyproject.toml (e.g. the module list) changes.
+  local stamp="$VENV_DIR/.impala-project.sha256"
+  local want
+  want="$(cat "$REPO_DIR/pyproject.toml" <(echo "$REPO_DIR") | sha256sum | cut -d' ' -f1)"
+  if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
     step "project: already installed (editable)"
     return
   fi
   step "project: installing $REPO_DIR (editable)"
   "$VENV_DIR/bin/pip" install -q --no-deps --no-build-isolation -e "$REPO_DIR"
+  echo "$want" > "$stamp"
 }
 
 install_apt_packages

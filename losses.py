@@ -1,0 +1,80 @@
+"""The IMPALA learner's loss terms and reward clipping (as in scalable_agent's experiment.py).
+
+Every loss is a sum (not a mean) over the `[T, B]` steps of a batch, as in the original: the
+learning rate and the entropy/baseline costs were tuned for sums.
+"""
+
+import tensorflow as tf
+
+REWARD_CLIPPING_MODES = ("abs_one", "soft_asymmetric")
+
+
+def policy_gradient_loss(logits, actions, advantages):
+    """sum_{t,b} -log pi(a_t|x_t) * advantage_t; no gradient flows into the advantages.
+
+    Args:
+      logits: float32 [T, B, A], logits of the target policy pi.
+      actions: int [T, B], the actions taken.
+      advantages: float32 [T, B], e.g. V-trace's pg_advantages.
+
+    Returns:
+      float32 scalar.
+    """
+    advantages = tf.convert_to_tensor(advantages, dtype=tf.float32)
+    actions = tf.convert_to_tensor(actions)
+    # Checked because [T, B] * [B] or [T, B] * [T, B, 1] would broadcast silently.
+    if not advantages.shape.is_compatible_with(actions.shape):
+        raise ValueError(
+            f"advantages has shape {advantages.shape}, expected the shape of actions "
+            f"{actions.shape} ([T, B])"
+        )
+    cross_entropy = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=actions, logits=logits)
+    return tf.reduce_sum(cross_entropy * tf.stop_gradient(advantages))
+
+
+def baseline_loss(advantages):
+    """0.5 * sum_{t,b} advantage_t^2, the value function's squared error.
+
+    Args:
+      advantages: float32 [T, B], vs - values (V-trace targets minus the baseline).
+
+    Returns:
+      float32 scalar.
+    """
+    return 0.5 * tf.reduce_sum(tf.square(advantages))
+
+
+def entropy_loss(logits):
+    """Negative policy entropy, sum_{t,b} sum_a pi(a|x_t) log pi(a|x_t).
+
+    Minimising it raises the entropy, which keeps the policy exploring.
+
+    Args:
+      logits: float32 [T, B, A].
+
+    Returns:
+      float32 scalar.
+    """
+    policy = tf.nn.softmax(logits)
+    log_policy = tf.nn.log_softmax(logits)
+    return tf.reduce_sum(policy * log_policy)
+
+
+def clip_rewards(rewards, mode):
+    """Clips raw environment rewards for learning.
+
+    Args:
+      rewards: float32 [T, B].
+      mode: "abs_one" clips to [-1, 1]; "soft_asymmetric" squashes smoothly with 5 * tanh(r / 5)
+        and scales negative rewards by 0.3 more, so losses weigh less than gains.
+
+    Returns:
+      float32 [T, B].
+    """
+    rewards = tf.convert_to_tensor(rewards, dtype=tf.float32)
+    if mode == "abs_one":
+        return tf.clip_by_value(rewards, -1.0, 1.0)
+    if mode == "soft_asymmetric":
+        squeezed = tf.tanh(rewards / 5.0)
+        return tf.where(rewards < 0, 0.3 * squeezed, squeezed) * 5.0
+    raise ValueError(f"unknown reward clipping mode {mode!r}; valid modes: {REWARD_CLIPPING_MODES}")

@@ -1,0 +1,145 @@
+"""The agent interface shared by every network: act one step, or unroll over time.
+
+As in scalable_agent's `Agent`: a torso embeds each frame together with the clipped last reward
+and the one-hot last action, an optional recurrent core steps over time (reset where an episode
+begins), and two linear heads give the policy logits and the baseline.
+"""
+
+import collections
+import functools
+import numbers
+
+import sonnet as snt
+import tensorflow as tf
+import tree
+
+# action: int32 [B] sampled from the policy; policy_logits: float32 [B, A]; baseline: float32 [B].
+# From `Agent.unroll` the same with [T, B] leading dims.
+AgentOutput = collections.namedtuple("AgentOutput", "action policy_logits baseline")
+
+
+def _reset_where_done(done, initial_state, state):
+    """Per batch element, `initial_state` where `done` (bool [B]) is set, else `state` ([B, N])."""
+    return tf.where(done[:, tf.newaxis], initial_state, state)
+
+
+class Agent(snt.Module):
+    """Base class: subclasses define the torso and, if recurrent, the core.
+
+    After calling this constructor a subclass sets:
+      `self._torso`: a module mapping float32 frames [N, *OBSERVATION_DIMS] to features [N, F];
+      `self._core`: an `snt.RNNCore` for recurrent agents (stays None for feed-forward ones).
+    Variables are created on the first call (Sonnet style) and reused afterwards.
+    """
+
+    # Names of the per-step observation dimensions the torso expects, e.g. ("H", "W", "C").
+    OBSERVATION_DIMS = ()
+
+    def __init__(self, num_actions, name=None):
+        super().__init__(name=name)
+        # numbers.Integral also admits NumPy ints, e.g. gymnasium's Discrete(n).n.
+        if not isinstance(num_actions, numbers.Integral) or num_actions < 1:
+            raise ValueError(f"num_actions must be a positive integer, got {num_actions!r}")
+        self._num_actions = int(num_actions)
+        self._torso = None
+        self._core = None
+        self._policy_logits = snt.Linear(self._num_actions, name="policy_logits")
+        self._baseline = snt.Linear(1, name="baseline")
+
+    @property
+    def num_actions(self):
+        return self._num_actions
+
+    def initial_state(self, batch_size):
+        """The core state at the start of an episode: `()`, or e.g. snt.LSTMState of [B, 256]."""
+        if self._core is None:
+            return ()
+        return self._core.initial_state(batch_size)
+
+    def __call__(self, last_action, env_output, core_state):
+        """One acting step, computed as an unroll over T=1 so the two paths cannot diverge.
+
+        Args:
+          last_action: int32 [B], the action taken before `env_output.observation`.
+          env_output: environments.StepOutput of [B, ...] tensors.
+          core_state: nested [B, ...] tensors, from `initial_state` or the previous step.
+
+        Returns:
+          (AgentOutput of [B] / [B, A] tensors, new core state).
+        """
+        actions, env_outputs = tree.map_structure(
+            lambda t: tf.expand_dims(t, 0), (last_action, env_output)
+        )
+        outputs, core_state = self.unroll(actions, env_outputs, core_state)
+        return tree.map_structure(lambda t: tf.squeeze(t, 0), outputs), core_state
+
+    def unroll(self, actions, env_outputs, core_state):
+        """Runs the agent over T steps of B environments.
+
+        Args:
+          actions: int32 [T, B]; `actions[t]` is the last action, taken before observation t.
+          env_outputs: environments.StepOutput of [T, B, ...] tensors (reward, done and
+            observation are read). `done[t]` means observation t starts a new episode, so the
+            core state is reset before step t. T must be static (known when tracing).
+          core_state: nested [B, ...] tensors, the state before step 0.
+
+        Returns:
+          (AgentOutput of [T, B] / [T, B, A] tensors, core state after step T - 1).
+        """
+        observation_shape = env_outputs.observation.shape
+        if observation_shape.rank != 2 + len(self.OBSERVATION_DIMS):
+            raise ValueError(
+                f"{type(self).__name__} expects observations of shape "
+                f"[T, B, {', '.join(self.OBSERVATION_DIMS)}], got {observation_shape}"
+            )
+        # The torso sees all T * B frames at once; only the core steps through time.
+        torso_outputs = snt.BatchApply(self._embed)(
+            actions, env_outputs.reward, env_outputs.observation
+        )
+        core_outputs, core_state = self._unroll_core(torso_outputs, env_outputs.done, core_state)
+        return snt.BatchApply(self._head)(core_outputs), core_state
+
+    def _embed(self, last_action, reward, observation):
+        """Torso features with the clipped last reward and the one-hot last action: [N, F+1+A].
+
+        Args:
+          last_action: int32 [N]. reward: float32 [N]. observation: [N, *OBSERVATION_DIMS],
+          uint8 frames (scaled to [0, 1] here) or floats (used as they are).
+        """
+        if observation.dtype == tf.uint8:
+            frames = tf.cast(observation, tf.float32) / 255.0
+        else:
+            frames = tf.cast(observation, tf.float32)
+        clipped_reward = tf.clip_by_value(tf.cast(reward, tf.float32), -1.0, 1.0)
+        one_hot_last_action = tf.one_hot(last_action, self._num_actions)
+        return tf.concat(
+            [self._torso(frames), clipped_reward[:, tf.newaxis], one_hot_last_action], axis=1
+        )
+
+    def _unroll_core(self, inputs, done, core_state):
+        """Steps the core over time: inputs [T, B, F], done bool [T, B] -> outputs [T, B, F']."""
+        if self._core is None:
+            return inputs, core_state
+        num_steps = done.shape[0]
+        if num_steps is None:
+            raise ValueError(
+                f"{type(self).__name__}.unroll needs a static number of steps T, got done of "
+                f"shape {done.shape}"
+            )
+        initial_state = self.initial_state(tf.shape(done)[1])
+        outputs = []
+        # A Python loop over the static T (unrolled once when traced): no state-reset support in
+        # the cores' own unroll helpers, and variables are created on the first step.
+        for t in range(num_steps):
+            reset = functools.partial(_reset_where_done, done[t])
+            core_state = tree.map_structure(reset, initial_state, core_state)
+            output, core_state = self._core(inputs[t], core_state)
+            outputs.append(output)
+        return tf.stack(outputs), core_state
+
+    def _head(self, core_output):
+        """Policy logits [N, A], baseline [N] and an action [N] sampled from the policy."""
+        policy_logits = self._policy_logits(core_output)
+        baseline = tf.squeeze(self._baseline(core_output), axis=-1)
+        action = tf.squeeze(tf.random.categorical(policy_logits, 1, dtype=tf.int32), axis=-1)
+        return AgentOutput(action, policy_logits, baseline)

@@ -1,0 +1,32 @@
+"""The Nature DQN convnet (Mnih et al. 2015) as an IMPALA agent: the paper's shallow network."""
+
+import sonnet as snt
+import tensorflow as tf
+
+from agents.base import Agent
+
+
+class SimpleConvNetAgent(Agent):
+    """Feed-forward: frames [N, 84, 84, 4] -> 3 VALID convs -> Linear 512 -> policy and baseline.
+
+    With 84x84 frames the conv stack ends at [N, 7, 7, 64].
+    """
+
+    OBSERVATION_DIMS = ("H", "W", "C")
+
+    def __init__(self, num_actions, name="simple_conv_net_agent"):
+        super().__init__(num_actions, name=name)
+        self._torso = snt.Sequential(
+            [
+                snt.Conv2D(32, 8, stride=4, padding="VALID", name="conv_0"),
+                tf.nn.relu,
+                snt.Conv2D(64, 4, stride=2, padding="VALID", name="conv_1"),
+                tf.nn.relu,
+                snt.Conv2D(64, 3, stride=1, padding="VALID", name="conv_2"),
+                tf.nn.relu,
+                snt.Flatten(),
+                snt.Linear(512, name="linear"),
+                tf.nn.relu,
+            ],
+            name="torso",
+        )

@@ -1,0 +1,171 @@
+"""experiment.py end to end: a learner and actors as real processes on loopback, free ports."""
+
+import signal
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from tests.netutil import free_ports
+
+pytestmark = pytest.mark.slow
+
+
+def cluster_flags(num_actors):
+    learner_port, *actor_ports = free_ports(1 + num_actors)
+    return [
+        f"--learner_host=127.0.0.1:{learner_port}",
+        "--actor_hosts=" + ",".join(f"127.0.0.1:{p}" for p in actor_ports),
+    ]
+
+
+def episode_returns(logdir, level_name):
+    """Per-episode returns the learner wrote to TensorBoard, in order of environment frames."""
+    returns = []
+    for path in sorted(tf.io.gfile.glob(f"{logdir}/events.out.tfevents.*")):
+        for event in tf.compat.v1.train.summary_iterator(path):
+            for value in event.summary.value:
+                if value.tag == f"{level_name}/episode_return":
+                    returns.append((event.step, float(tf.make_ndarray(value.tensor))))
+    return [r for _, r in sorted(returns, key=lambda x: x[0])]
+
+
+CARTPOLE = [
+    "--level_name=CartPole-v1",
+    "--agent_name=MLPAgent",
+    "--batch_size=16",
+    "--unroll_length=20",
+    "--num_envs_per_actor=8",
+    "--gradients_clipping=-1",
+    "--entropy_cost=0.01",
+    "--log_secs=5",
+    "--batch_timeout_secs=120",
+    "--learner_wait_secs=120",
+]
+
+
+def test_one_learner_two_actors_learn_cartpole(spawn, tmp_path):
+    logdir = tmp_path / "logdir"
+    flags = [
+        *cluster_flags(2),
+        *CARTPOLE,
+        f"--logdir={logdir}",
+        "--total_environment_frames=300000",
+    ]
+    learner = spawn([*flags, "--job_name=learner"], "learner")
+    actors = [spawn([*flags, "--job_name=actor", f"--task={j}"], f"actor{j}") for j in range(2)]
+
+    assert learner.wait(timeout=600) == 0, learner.log()[-3000:]
+    for actor in actors:
+        assert actor.wait(timeout=60) == 0, actor.log()[-3000:]
+        assert "learner finished training; exiting" in actor.log()
+    returns = episode_returns(logdir, "CartPole-v1")
+    assert len(returns) >= 100
+    assert np.mean(returns[-20:]) > 150, returns[-40:]
+    assert "frames/s" in learner.log() and "policy lag" in learner.log()
+
+
+PONG = [
+    "--level_name=PongNoFrameskip-v4",
+    "--agent_name=SimpleConvNetAgent",
+    "--batch_size=2",
+    "--unroll_length=10",
+    "--num_envs_per_actor=2",
+    "--queue_capacity=4",
+    "--log_secs=1",
+    "--checkpoint_secs=1",
+    "--learner_wait_secs=120",
+    "--batch_timeout_secs=120",
+]
+
+
+def test_pong_checkpoints_survives_learner_kill_and_evaluates(spawn, tmp_path):
+    logdir = tmp_path / "logdir"
+    flags = [*cluster_flags(1), *PONG, f"--logdir={logdir}", "--total_environment_frames=20000"]
+    learner = spawn([*flags, "--job_name=learner"], "learner")
+    actor = spawn([*flags, "--job_name=actor", "--task=0"], "actor")
+    learner.wait_for_log("saved checkpoint", timeout=300, count=2)  # periodic, mid-training
+    assert list(logdir.glob("events.out.tfevents.*")), "no TensorBoard summaries written"
+
+    learner.signal(signal.SIGKILL)
+    learner.wait(timeout=30)
+    actor.wait_for_log("lost learner", timeout=120)
+
+    restarted = spawn([*flags, "--job_name=learner"], "learner_restarted")
+    restarted.wait_for_log("restored checkpoint", timeout=300)
+    restarted.wait_for_log("training from", timeout=60)
+    resumed_from = int(restarted.log().split("training from ")[1].split()[0])
+    assert resumed_from > 0
+    assert restarted.wait(timeout=600) == 0, restarted.log()[-3000:]
+    assert "reconnected to learner" in actor.log()
+    assert actor.wait(timeout=60) == 0, actor.log()[-3000:]
+
+    for selection in ("greedy", "sample"):
+        evaluation = spawn(
+            [
+                *PONG,
+                f"--logdir={logdir}",
+                "--mode=test",
+                "--test_num_episodes=1",
+                f"--test_action_selection={selection}",
+            ],
+            f"test_{selection}",
+        )
+        assert evaluation.wait(timeout=600) == 0, evaluation.log()[-3000:]
+        assert "mean return over 1 episodes" in evaluation.log()
+
+
+def test_test_mode_without_checkpoint_fails_clearly(spawn, tmp_path):
+    evaluation = spawn(
+        [*CARTPOLE, f"--logdir={tmp_path / 'empty'}", "--mode=test"], "test_without_checkpoint"
+    )
+    assert evaluation.wait(timeout=120) != 0
+    assert f"no checkpoint in {tmp_path / 'empty' / 'checkpoints'}" in evaluation.log()
+
+
+def test_corrupt_checkpoint_fails_clearly_in_test_mode(spawn, tmp_path):
+    logdir = tmp_path / "logdir"
+    checkpoints = logdir / "checkpoints"
+    checkpoints.mkdir(parents=True)
+    (checkpoints / "checkpoint").write_text('model_checkpoint_path: "ckpt-1"\n')
+    (checkpoints / "ckpt-1.index").write_bytes(b"not a checkpoint")
+    (checkpoints / "ckpt-1.data-00000-of-00001").write_bytes(b"garbage")
+    evaluation = spawn([*CARTPOLE, f"--logdir={logdir}", "--mode=test"], "test_corrupt")
+    assert evaluation.wait(timeout=120) != 0
+    assert f"checkpoint {checkpoints / 'ckpt-1'} is unusable" in evaluation.log()
+
+
+@pytest.mark.parametrize(
+    "bad_flags, message",
+    [
+        (["--level_name=NoSuchGame-v9"], "NoSuchGame-v9"),
+        (["--agent_name=NoSuchAgent"], "NoSuchAgent"),
+        (["--learner_host=localhost"], "--learner_host: 'localhost' is not HOST:PORT"),
+        (["--job_name=actor", "--task=5"], "--task=5: no such actor in --actor_hosts"),
+    ],
+)
+def test_bad_flags_give_one_line_errors(spawn, bad_flags, message):
+    process = spawn([*cluster_flags(1), *CARTPOLE, *bad_flags], "bad")
+    assert process.wait(timeout=120) == 2
+    assert message in process.log()
+
+
+def test_port_in_use_and_unreachable_learner(spawn):
+    import socket
+
+    flags = cluster_flags(1)
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", int(flags[1].rsplit(":", 1)[1])))
+        busy.listen()
+        actor = spawn([*flags, *CARTPOLE, "--job_name=actor", "--task=0"], "actor_busy_port")
+        assert actor.wait(timeout=120) == 2
+        assert "is in use" in actor.log()
+
+    # Nobody listens on the learner's port: the actor gives up after --learner_wait_secs.
+    actor = spawn(
+        [*flags, *CARTPOLE, "--job_name=actor", "--task=0", "--learner_wait_secs=5"], "actor_alone"
+    )
+    assert actor.wait(timeout=120) == 2
+    log = actor.log()
+    assert "waiting for learner" in log
+    assert "not reachable/initialised after" in log

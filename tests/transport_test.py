@@ -1,0 +1,89 @@
+"""Transport over real TF servers on loopback: a learner and an actor, each with its own graph,
+session and server (in one test process; experiment_test runs them as separate processes)."""
+
+import collections
+import socket
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import transport
+from tests.netutil import free_ports
+
+Element = collections.namedtuple("Element", "observation reward")
+UNROLL_SPEC = transport.UnrollSpec(
+    Element(tf.TensorSpec([3, 2, 2], tf.uint8), tf.TensorSpec([3], tf.float32))
+)
+PARAMETER_SPECS = [((2, 3), tf.float32), ((4,), tf.float32)]
+
+
+@pytest.fixture(scope="module")
+def learner_and_actor():
+    learner_port, actor_port = free_ports(2)
+    spec = transport.cluster_spec(f"127.0.0.1:{learner_port}", [f"127.0.0.1:{actor_port}"])
+    servers = [transport.start_server(spec, "learner", 0), transport.start_server(spec, "actor", 0)]
+    learner = transport.Transport(servers[0], "learner", 0, PARAMETER_SPECS, UNROLL_SPEC, 8)
+    actor = transport.Transport(servers[1], "actor", 0, PARAMETER_SPECS, UNROLL_SPEC, 8)
+    yield learner, actor
+    learner.session.close()
+    actor.session.close()
+
+
+def _unrolls(n, offset):
+    observation = (np.arange(n * 12).reshape(n, 3, 2, 2) + offset).astype(np.uint8)
+    reward = np.arange(n * 3, dtype=np.float32).reshape(n, 3) + offset
+    return Element(observation, reward)
+
+
+def test_parameters_and_unrolls_cross_between_processes_roles(learner_and_actor):
+    learner, actor = learner_and_actor
+    with pytest.raises(tf.errors.FailedPreconditionError):
+        actor.pull_parameters()  # the learner has not initialised its state yet
+
+    learner.initialize()
+    published = [np.full((2, 3), 1.5, np.float32), np.arange(4, dtype=np.float32)]
+    assert learner.publish(published) == 1
+    pulled, version = actor.pull_parameters()
+    assert version == 1
+    for want, got in zip(published, pulled, strict=True):
+        np.testing.assert_array_equal(got, want)
+
+    first, second = _unrolls(3, 0), _unrolls(2, 100)
+    actor.enqueue(UNROLL_SPEC.flatten(first))
+    actor.enqueue(UNROLL_SPEC.flatten(second))
+    assert learner.queue_size() == 5
+    batch = UNROLL_SPEC.pack(learner.dequeue(4, timeout_ms=5000))
+    np.testing.assert_array_equal(
+        batch.observation, np.concatenate([first.observation, second.observation[:1]])
+    )
+    np.testing.assert_array_equal(batch.reward, np.concatenate([first.reward, second.reward[:1]]))
+    assert learner.queue_size() == 1
+
+    with pytest.raises(tf.errors.DeadlineExceededError):
+        learner.dequeue(4, timeout_ms=200)  # only one unroll left: the dequeue times out
+
+    assert not actor.training_finished()
+    learner.finish()
+    assert actor.training_finished()
+    with pytest.raises(tf.errors.CancelledError):
+        actor.enqueue(UNROLL_SPEC.flatten(first))
+
+
+def test_bad_addresses_name_the_flag_and_value():
+    with pytest.raises(transport.AddressError, match=r"--learner_host: 'nohost' is not HOST:PORT"):
+        transport.cluster_spec("nohost", [])
+    with pytest.raises(transport.AddressError, match=r"--actor_hosts: 'a:99999'"):
+        transport.cluster_spec("a:1", ["a:99999"])
+
+
+def test_port_in_use_is_reported_before_the_server_aborts():
+    with socket.socket() as busy:
+        busy.bind(("", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        spec = transport.cluster_spec(f"127.0.0.1:{port}", [])
+        with pytest.raises(
+            transport.AddressError, match=rf"port {port} of 127.0.0.1:{port} is in use"
+        ):
+            transport.start_server(spec, "learner", 0)

@@ -1,0 +1,216 @@
+"""The distributed-TF transport of one worker set: parameters and an unroll queue on the learner.
+
+Every process of a worker set (the learner and its actors) runs a `tf.distribute.Server` of
+the cluster {"learner": [learner], "actor": [actors]} and builds the same small TF1 graph whose
+state lives on the learner's server (/job:learner/task:0/cpu:0):
+
+  - one resource variable per agent parameter, plus `version` (int64, bumped on every publish)
+    and `finished` (bool, set by the learner before it closes the queue);
+  - FIFOQueue(shared_name="unrolls") of unrolls.
+
+Resource variables and the queue are shared between processes by name, so an actor's graph
+reaches the learner's state; the learner alone initialises it (actors see
+FailedPreconditionError until then). This is the pattern DESIGN.md verified with TF 2.21:
+fully eager remote execution does not share a queue between client processes.
+
+Unrolls travel as flat lists of numpy arrays (see `UnrollSpec`), one queue element per
+environment: an actor enqueues [N, ...] for its N environments, the learner dequeues [B, ...].
+"""
+
+import contextlib
+import socket
+
+import numpy as np
+import tensorflow as tf
+
+LEARNER_DEVICE = "/job:learner/task:0/cpu:0"
+
+
+class AddressError(ValueError):
+    """A host:port string that cannot be used."""
+
+
+def parse_host_port(address, flag_name):
+    """'10.0.0.1:8001' -> ('10.0.0.1', 8001), or AddressError naming the flag and the value."""
+    host, sep, port = address.strip().rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise AddressError(f"--{flag_name}: {address!r} is not HOST:PORT (PORT in 1..65535)")
+    return host, int(port)
+
+
+def is_listening(address, timeout_secs=2.0):
+    """Whether something accepts TCP connections at HOST:PORT.
+
+    Checked before a session call that needs the learner: with the learner's server down, TF
+    blocks creating the session (no RunOptions timeout applies) instead of failing.
+    """
+    host, port = parse_host_port(address, "learner_host")
+    try:
+        socket.create_connection((host, port), timeout=timeout_secs).close()
+    except OSError:
+        return False
+    return True
+
+
+def cluster_spec(learner_host, actor_hosts):
+    """tf.train.ClusterSpec of one worker set; validates every address first."""
+    parse_host_port(learner_host, "learner_host")
+    for address in actor_hosts:
+        parse_host_port(address, "actor_hosts")
+    jobs = {"learner": [learner_host]}
+    if actor_hosts:
+        jobs["actor"] = list(actor_hosts)
+    return tf.train.ClusterSpec(jobs)
+
+
+def ensure_port_free(address, flag_name):
+    """Raises AddressError if this process cannot listen on the port of `address`.
+
+    tf.distribute.Server aborts the whole process on a busy port; checking first turns that
+    into a one-line error naming the culprit.
+    """
+    _, port = parse_host_port(address, flag_name)
+    with contextlib.closing(socket.socket(socket.AF_INET, socket.SOCK_STREAM)) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind(("", port))
+        except OSError as e:
+            raise AddressError(f"--{flag_name}: port {port} of {address} is in use ({e})") from e
+
+
+def start_server(spec, job_name, task):
+    """Starts this process's TF server in `spec` and returns it."""
+    address = spec.task_address(job_name, task)
+    ensure_port_free(address, "learner_host" if job_name == "learner" else "actor_hosts")
+    return tf.distribute.Server(spec, job_name=job_name, task_index=task, start=True)
+
+
+class UnrollSpec:
+    """Names, dtypes and per-unroll shapes of the tensors of one unroll, flattened.
+
+    `structure` is a nest (namedtuples) of tf.TensorSpec with per-unroll shapes (no batch dim);
+    `flatten` / `pack` convert between that nest and the flat list the queue carries.
+    """
+
+    def __init__(self, structure):
+        self.structure = structure
+        self.specs = tf.nest.flatten(structure)
+
+    def flatten(self, nest):
+        return tf.nest.flatten(nest)
+
+    def pack(self, flat):
+        return tf.nest.pack_sequence_as(self.structure, list(flat))
+
+
+class Transport:
+    """The shared graph and a session on this process's server.
+
+    Args:
+      server: this process's tf.distribute.Server.
+      job_name: "learner" or "actor" (an actor's session only sees the learner and itself).
+      task: this process's task index in its job.
+      parameter_specs: list of (shape, dtype) of the agent's trainable variables, in order.
+      unroll_spec: UnrollSpec of one unroll.
+      queue_capacity: unrolls the queue holds before enqueue blocks.
+    """
+
+    def __init__(self, server, job_name, task, parameter_specs, unroll_spec, queue_capacity):
+        self.unroll_spec = unroll_spec
+        self._server = server
+        self._config = tf.compat.v1.ConfigProto(
+            device_filters=["/job:learner/task:0", f"/job:{job_name}/task:{task}"]
+        )
+        self.graph = tf.Graph()
+        with self.graph.as_default(), tf.device(LEARNER_DEVICE):
+            self._parameters = [
+                tf.Variable(tf.zeros(shape, dtype), name=f"parameter_{i}")
+                for i, (shape, dtype) in enumerate(parameter_specs)
+            ]
+            self._version = tf.Variable(tf.constant(0, tf.int64), name="parameter_version")
+            self._finished = tf.Variable(False, name="training_finished")
+            self._init = tf.compat.v1.variables_initializer(
+                self._parameters + [self._version, self._finished]
+            )
+            self._queue = tf.queue.FIFOQueue(
+                queue_capacity,
+                [s.dtype for s in unroll_spec.specs],
+                shapes=[s.shape for s in unroll_spec.specs],
+                shared_name="unrolls",
+                name="unrolls",
+            )
+            # Publish: assign all parameters, then bump the version (control dependency so a
+            # reader that sees the new version never sees old parameters of that version).
+            self._parameter_feeds = [
+                tf.compat.v1.placeholder(dtype, shape) for shape, dtype in parameter_specs
+            ]
+            assigns = [
+                v.assign(f) for v, f in zip(self._parameters, self._parameter_feeds, strict=True)
+            ]
+            with tf.control_dependencies(assigns):
+                self._publish = self._version.assign_add(1)
+            self._read_parameters = (
+                [v.read_value() for v in self._parameters],
+                self._version.read_value(),
+            )
+            self._unroll_feeds = [
+                tf.compat.v1.placeholder(s.dtype, [None] + s.shape.as_list())
+                for s in unroll_spec.specs
+            ]
+            self._enqueue = self._queue.enqueue_many(self._unroll_feeds)
+            self._batch_size = tf.compat.v1.placeholder(tf.int32, [])
+            self._dequeue = self._queue.dequeue_many(self._batch_size)
+            self._size = self._queue.size()
+            self._mark_finished = self._finished.assign(True)
+            self._read_finished = self._finished.read_value()
+            self._close = self._queue.close(cancel_pending_enqueues=True)
+        self.session = self._new_session()
+
+    def _new_session(self):
+        return tf.compat.v1.Session(self._server.target, graph=self.graph, config=self._config)
+
+    def reconnect(self):
+        """A fresh session, e.g. after the learner restarted (the old one may hold dead state)."""
+        self.session.close()
+        self.session = self._new_session()
+
+    # Learner side.
+
+    def initialize(self):
+        self.session.run(self._init)
+
+    def publish(self, parameters):
+        """Publishes a list of numpy arrays as the new parameters; returns the new version."""
+        return self.session.run(
+            self._publish, dict(zip(self._parameter_feeds, parameters, strict=True))
+        )
+
+    def dequeue(self, batch_size, timeout_ms):
+        """[batch_size, ...] flat list of numpy arrays; raises DeadlineExceededError on timeout."""
+        options = tf.compat.v1.RunOptions(timeout_in_ms=timeout_ms)
+        return self.session.run(self._dequeue, {self._batch_size: batch_size}, options=options)
+
+    def queue_size(self):
+        return int(self.session.run(self._size))
+
+    def finish(self):
+        """Tells actors training is over: sets the flag, then closes the queue (fails enqueues)."""
+        self.session.run(self._mark_finished)
+        self.session.run(self._close)
+
+    # Actor side.
+
+    def pull_parameters(self):
+        """(list of numpy parameters, version); FailedPreconditionError before initialisation."""
+        return self.session.run(self._read_parameters)
+
+    def enqueue(self, flat_unrolls):
+        """Enqueues a flat list of [N, ...] numpy arrays: N unrolls."""
+        self.session.run(self._enqueue, dict(zip(self._unroll_feeds, flat_unrolls, strict=True)))
+
+    def training_finished(self):
+        return bool(self.session.run(self._read_finished))
+
+
+def numpy_dtype(spec):
+    return np.dtype(spec.dtype.as_numpy_dtype)

@@ -274,7 +274,11 @@ class Learner:
         reason, exit_code, steps, own_frames = "frame budget reached", 0, 0, 0
         try:
             while int(self._frames.numpy()) < config.total_environment_frames:
-                batch = prefetcher.get(config.batch_timeout_secs, lambda: self._stop_signal)
+                # Actors take a while to start: until the first batch, wait as long as they
+                # wait for the learner.
+                timeout_flag = "batch_timeout_secs" if steps else "learner_wait_secs"
+                timeout = getattr(config, timeout_flag)
+                batch = prefetcher.get(timeout, lambda: self._stop_signal)
                 unroll = self._transport.unroll_spec.pack(batch) if batch is not None else None
                 local_status = self._local_status(unroll)
                 status = self._allreduce_status(local_status)
@@ -282,7 +286,8 @@ class Learner:
                     reason = f"{self._stop_signal or 'a stop signal to another learner'}"
                     break
                 if status.has_batch < self._hvd.size():
-                    reason, exit_code = "no data", self._report_starvation(unroll is None)
+                    reason = "no data"
+                    exit_code = self._report_starvation(unroll is None, timeout, timeout_flag)
                     break
                 self._update_learning_rate()
                 outputs = self._train_step(unroll)
@@ -327,21 +332,25 @@ class Learner:
             float(info.episode_return[:, 1:][game_over].sum()),
         ]
 
-    def _report_starvation(self, this_rank_starved):
+    def _report_starvation(self, this_rank_starved, timeout_secs, flag):
+        """Logs why training stops for lack of data; returns the exit code."""
         if this_rank_starved:
             logging.error(
-                "%s no batch of %d unrolls from actors %s in %d s (--batch_timeout_secs): "
-                "are they alive? Stopping all learners.",
+                "%s no batch of %d unrolls from actors %s in %d s (--%s): are they alive? "
+                "Stopping all learners.",
                 self._log_prefix,
                 self._config.batch_size,
                 ",".join(self._config.actor_hosts),
-                self._config.batch_timeout_secs,
+                timeout_secs,
+                flag,
             )
         else:
             logging.error(
-                "%s another learner got no data from its actors in %d s: stopping all learners.",
+                "%s another learner got no data from its actors in %d s (--%s): stopping all "
+                "learners.",
                 self._log_prefix,
-                self._config.batch_timeout_secs,
+                timeout_secs,
+                flag,
             )
         return EXIT_STARVED
 

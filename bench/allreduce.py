@@ -1,0 +1,104 @@
+"""Per-step Horovod allreduce cost of the learners' gradients, against the train step itself.
+
+Run under mpirun with 2 (or more) ranks:
+  mpirun --allow-run-as-root --oversubscribe --bind-to none -np 2 \
+      .venv/bin/python bench/allreduce.py [--agents=SimpleConvNetAgent,ResNetLSTMAgent]
+
+For each agent (Atari shapes: 84x84x4 frames, 6 actions) every rank times, in the same run:
+  - `allreduce`: averaging a gradient-sized list of tensors across ranks inside a tf.function,
+    as hvd.DistributedGradientTape does every learner step;
+  - `train step`: the learner's full step (V-trace loss, averaged gradients, RMSProp) on a
+    synthetic batch of B unrolls of T steps.
+Rank 0 prints a table with both (median ms) and their ratio, then one JSON line.
+"""
+
+import collections
+import json
+import time
+
+import horovod.tensorflow as hvd
+import numpy as np
+import sonnet as snt
+import tensorflow as tf
+from absl import app, flags
+
+import agents
+import unrolls
+from learner import loss_gradients
+
+flags.DEFINE_list("agents", ["SimpleConvNetAgent", "ResNetLSTMAgent"], "Agents to measure.")
+flags.DEFINE_integer("batch_size", 32, "B of the synthetic train batch.")
+flags.DEFINE_integer("unroll_length", 20, "T of the synthetic train batch.")
+flags.DEFINE_integer("repeats", 20, "Timed repetitions (after 3 warm-up ones).")
+FLAGS = flags.FLAGS
+
+NUM_ACTIONS, FRAME_SHAPE = 6, (84, 84, 4)
+
+
+LOSS_CONFIG = collections.namedtuple(
+    "LossConfig", "discounting reward_clipping baseline_cost entropy_cost"
+)(discounting=0.99, reward_clipping="abs_one", baseline_cost=0.5, entropy_cost=0.01)
+
+
+def median_ms(fn, repeats):
+    for _ in range(3):
+        fn()
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    # Every rank reports the median of the slowest rank: a step is as slow as its slowest rank.
+    return float(hvd.allreduce(tf.constant(np.median(times) * 1e3), op=hvd.Max, name="time"))
+
+
+def measure(agent_name, rng):
+    agent = agents.agent_factory(agent_name)(NUM_ACTIONS)
+    unroll = unrolls.random_unroll(
+        agent, (FRAME_SHAPE, np.uint8), NUM_ACTIONS, FLAGS.batch_size, FLAGS.unroll_length, rng
+    )
+    inputs = unrolls.to_time_major(unroll)
+    agent.unroll(inputs.agent_outputs.action, inputs.env_outputs, inputs.agent_state)
+    variables = agent.trainable_variables
+    optimizer = snt.optimizers.RMSProp(0.0006, decay=0.99, epsilon=0.01)
+
+    @tf.function
+    def allreduce(tensors):
+        return [hvd.allreduce(t, op=hvd.Average) for t in tensors]
+
+    @tf.function
+    def train_step(batch):
+        gradients, _, _ = loss_gradients(agent, batch, LOSS_CONFIG, hvd)
+        optimizer.apply(gradients, variables)
+
+    gradients = [tf.random.normal(v.shape) for v in variables]
+    batch = tf.nest.map_structure(tf.convert_to_tensor, unroll)
+    return {
+        "agent": agent_name,
+        "parameters": int(sum(np.prod(v.shape) for v in variables)),
+        "allreduce_ms": median_ms(lambda: allreduce(gradients), FLAGS.repeats),
+        # The train step includes the allreduce (hvd.DistributedGradientTape).
+        "train_step_ms": median_ms(lambda: train_step(batch), FLAGS.repeats),
+    }
+
+
+def main(argv):
+    del argv
+    hvd.init()
+    rng = np.random.default_rng(hvd.rank())
+    results = [measure(name, rng) for name in FLAGS.agents]
+    if hvd.rank() != 0:
+        return
+    print(f"{hvd.size()} ranks, B={FLAGS.batch_size}, T={FLAGS.unroll_length}")
+    print(f"{'agent':<22}{'parameters':>12}{'allreduce ms':>14}{'train step ms':>15}{'ratio':>8}")
+    for r in results:
+        r["allreduce_per_train_step"] = r["allreduce_ms"] / r["train_step_ms"]
+        print(
+            f"{r['agent']:<22}{r['parameters']:>12,}{r['allreduce_ms']:>14.1f}"
+            f"{r['train_step_ms']:>15.1f}{r['allreduce_per_train_step']:>8.3f}"
+        )
+    print(json.dumps({"ranks": hvd.size(), "results": results}))
+
+
+if __name__ == "__main__":
+    app.run(main)

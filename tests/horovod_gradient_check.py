@@ -1,0 +1,32 @@
+"""Shared by horovod_test and its mpirun worker: the agent, a random batch, the loss config."""
+
+import collections
+
+import numpy as np
+
+import agents
+import unrolls
+
+NUM_ACTIONS, OBSERVATION_SPEC, BATCH_SIZE, UNROLL_LENGTH = 2, ((4,), np.float32), 4, 5
+LossConfig = collections.namedtuple(
+    "LossConfig", "discounting reward_clipping baseline_cost entropy_cost"
+)
+LOSS_CONFIG = LossConfig(
+    discounting=0.99, reward_clipping="abs_one", baseline_cost=0.5, entropy_cost=0.01
+)
+
+
+def build_agent():
+    """MLPAgent for CartPole shapes with its variables created."""
+    agent = agents.MLPAgent(NUM_ACTIONS)
+    batch = unrolls.to_time_major(random_unroll(agent, seed=0))
+    agent.unroll(batch.agent_outputs.action, batch.env_outputs, batch.agent_state)
+    return agent
+
+
+def random_unroll(agent, seed):
+    """Batch-major [B, T+1, ...] random batch with episode ends inside, fixed by `seed`."""
+    rng = np.random.default_rng(seed)
+    return unrolls.random_unroll(
+        agent, OBSERVATION_SPEC, NUM_ACTIONS, BATCH_SIZE, UNROLL_LENGTH, rng
+    )

@@ -1,0 +1,127 @@
+"""Several learners under one real 2-rank mpirun, averaging gradients with Horovod."""
+
+import os
+import re
+import shutil
+import sys
+
+import numpy as np
+import pytest
+
+from learner import EXIT_STARVED
+from tests import processes
+from tests.experiment_test import CARTPOLE, cluster_flags, episode_returns
+
+pytestmark = pytest.mark.slow
+
+
+def mpirun(sections):
+    """An MPMD mpirun command line, one `-np 1` section (argv list) per learner rank."""
+    command = ["mpirun", "--oversubscribe", "--bind-to", "none"]
+    if os.geteuid() == 0:
+        command.append("--allow-run-as-root")
+    for i, section in enumerate(sections):
+        if i:
+            command.append(":")
+        command += ["-np", "1", "-H", "localhost", "-x", "PYTHONPATH", *section]
+    return command
+
+
+def start_mpirun(sections, log_path):
+    env = {"PYTHONPATH": str(processes.REPO)}
+    return processes.Process(mpirun(sections), log_path, env=env)
+
+
+def test_averaged_gradient_is_the_mean_of_local_gradients(tmp_path):
+    worker = [sys.executable, "-m", "tests.horovod_gradient_worker"]
+    ranks = start_mpirun([[*worker, "ranks", str(tmp_path)]] * 2, tmp_path / "mpirun.log")
+    try:
+        assert ranks.wait(timeout=300) == 0, ranks.log()[-3000:]
+    finally:
+        ranks.kill()
+    local = processes.Process([*worker, "local", str(tmp_path)], tmp_path / "local.log")
+    try:
+        assert local.wait(timeout=300) == 0, local.log()[-3000:]
+    finally:
+        local.kill()
+
+    rank0, rank1 = (np.load(tmp_path / f"rank{r}.npz") for r in range(2))
+    expected = np.load(tmp_path / "local.npz")
+    num_variables = len([k for k in rank0 if k.startswith("weight")])
+    assert num_variables > 0
+    for i in range(num_variables):
+        # The broadcast gave both ranks rank 0's weights; both got the same average.
+        np.testing.assert_array_equal(rank0[f"weight{i}"], rank1[f"weight{i}"])
+        np.testing.assert_array_equal(rank0[f"gradient{i}"], rank1[f"gradient{i}"])
+        mean = (expected[f"rank0_gradient{i}"] + expected[f"rank1_gradient{i}"]) / 2
+        np.testing.assert_allclose(rank0[f"gradient{i}"], mean, rtol=1e-5, atol=1e-6)
+        # Not trivially equal: the two ranks' own gradients differ.
+        assert not np.allclose(expected[f"rank0_gradient{i}"], expected[f"rank1_gradient{i}"])
+
+
+STOPPED = re.compile(
+    r"\[learner rank (\d)/2\] stopped at (\d+) environment frames \((.*?)\); this learner "
+    r"trained on (\d+) frames in (\d+) steps; parameter digest (\w+)"
+)
+
+
+def learner_sections(worker_sets, flags):
+    return [
+        [sys.executable, processes.EXPERIMENT, *cluster, *flags, "--job_name=learner"]
+        for cluster in worker_sets
+    ]
+
+
+@pytest.mark.skipif(shutil.which("mpirun") is None, reason="mpirun not installed")
+def test_two_learners_learn_cartpole_with_identical_weights(spawn, tmp_path):
+    logdir = tmp_path / "logdir"
+    flags = [*CARTPOLE, f"--logdir={logdir}", "--total_environment_frames=300000"]
+    worker_sets = [cluster_flags(1), cluster_flags(1)]
+    learners = start_mpirun(learner_sections(worker_sets, flags), tmp_path / "learners.log")
+    try:
+        actors = [
+            spawn([*cluster, *flags, "--job_name=actor", "--task=0"], f"actor_set{i}")
+            for i, cluster in enumerate(worker_sets)
+        ]
+        assert learners.wait(timeout=900) == 0, learners.log()[-4000:]
+        for actor in actors:
+            assert actor.wait(timeout=60) == 0, actor.log()[-3000:]
+    finally:
+        learners.kill()
+
+    stopped = {int(m[0]): m for m in STOPPED.findall(learners.log())}
+    assert sorted(stopped) == [0, 1], learners.log()[-4000:]
+    (_, global0, reason0, own0, steps0, digest0) = stopped[0]
+    (_, global1, reason1, own1, steps1, digest1) = stopped[1]
+    assert reason0 == reason1 == "frame budget reached"
+    assert steps0 == steps1 and int(steps0) > 0
+    assert digest0 == digest1, "learners ended with different weights"
+    assert int(global0) == int(global1) == int(own0) + int(own1) >= 300000
+    returns = episode_returns(logdir, "CartPole-v1")
+    assert np.mean(returns[-20:]) > 150, returns[-40:]
+
+
+@pytest.mark.skipif(shutil.which("mpirun") is None, reason="mpirun not installed")
+def test_a_learner_whose_actors_die_stops_all_learners_cleanly(spawn, tmp_path):
+    logdir = tmp_path / "logdir"
+    flags = [*CARTPOLE, f"--logdir={logdir}", "--total_environment_frames=100000000"]
+    flags.append("--batch_timeout_secs=15")
+    worker_sets = [cluster_flags(1), cluster_flags(1)]
+    learners = start_mpirun(learner_sections(worker_sets, flags), tmp_path / "learners.log")
+    try:
+        actors = [
+            spawn([*cluster, *flags, "--job_name=actor", "--task=0"], f"actor_set{i}")
+            for i, cluster in enumerate(worker_sets)
+        ]
+        learners.wait_for_log("[learner rank 1/2] frames", timeout=300)
+        actors[1].kill()
+        # Bounded: the batch timeout plus a final checkpoint and the finish grace period.
+        assert learners.wait(timeout=120) == EXIT_STARVED
+        assert actors[0].wait(timeout=60) == 0, actors[0].log()[-3000:]
+    finally:
+        learners.kill()
+    log = learners.log()
+    dead_actor = worker_sets[1][1].split("=", 1)[1]
+    assert f"[learner rank 1/2] no batch of 16 unrolls from actors {dead_actor} in 15 s" in log
+    assert "[learner rank 0/2] another learner got no data from its actors in 15 s" in log
+    assert "saved checkpoint" in log

@@ -293,7 +293,7 @@ class Learner:
                 outputs = self._train_step(unroll)
                 self._frames.assign_add(int(status.frames))
                 steps, own_frames = steps + 1, own_frames + local_status[0]
-                progress.step(unroll, outputs, status, self._publish())
+                progress.step(unroll, outputs, status, local_status[0], self._publish())
                 if self._is_chief:
                     self._checkpointer.save_if_due(config.checkpoint_secs)
         finally:
@@ -376,13 +376,15 @@ class _ProgressLog:
 
     def _reset_interval(self):
         self._steps = 0
+        self._own_frames = 0
         self._lag_sum = 0.0
         self._loss_sums = collections.defaultdict(float)
         self._global_episodes = 0.0
         self._global_return_sum = 0.0
 
-    def step(self, unroll, outputs, status, version):
-        """Accounts one train step: its batch, loss parts, allreduced status, new version."""
+    def step(self, unroll, outputs, status, own_frames, version):
+        """Accounts one train step: its batch, loss parts, allreduced status, the frames of
+        this rank's batch and the parameter version the step published."""
         frames = int(self._frames.numpy())
         info = unroll.env_outputs.info
         game_over = info.game_over[:, 1:]
@@ -395,6 +397,7 @@ class _ProgressLog:
         self._global_episodes += status.episodes
         self._global_return_sum += status.episode_return_sum
         self._steps += 1
+        self._own_frames += own_frames
         for name, value in outputs.items():
             self._loss_sums[name] += float(value)
         # Versions the batch was acted with vs. the version the step before this one produced.
@@ -420,7 +423,7 @@ class _ProgressLog:
         queue_size = self._transport.queue_size()
         learning_rate = float(self._learning_rate.numpy())
         logging.info(
-            "%s frames %d (%.1f%%) | %.0f frames/s (all learners) | %.2f steps/s | "
+            "%s frames %d (%.1f%%) | %.0f frames/s (all learners), %.0f own | %.2f steps/s | "
             "queue %d/%d | policy lag %.1f steps | loss %.3f (pg %.3f, baseline %.3f, "
             "entropy %.3f) | grad norm %.2f | return %.2f (last %d own games), "
             "%.2f (all learners, %d games this interval) | lr %.2e",
@@ -428,6 +431,7 @@ class _ProgressLog:
             frames,
             100.0 * frames / self._config.total_environment_frames,
             fps,
+            self._own_frames / elapsed,
             self._steps / elapsed,
             queue_size,
             self._config.queue_capacity,

@@ -9,4 +9,4 @@ cd "$REPO_DIR"
 bash scripts/setup.sh
 VENV_DIR="${IMPALA_VENV_DIR:-$REPO_DIR/.venv}"
 exec "$VENV_DIR/bin/python" run_experiment_mm_raw.py \
-  --workers_csv_path=sandbox/local_workers_example.csv "$@"
+  --workers_csv_path=sandbox/local_workers_example.csv --follow "$@"

@@ -1,0 +1,350 @@
+"""Starting and stopping workers: one bash script per worker, run in tmux or over SSH.
+
+No command is typed into a shell: every worker gets a script under the run's launch directory,
+LOGDIR/launch/, and is started by running that script:
+
+    actor-I-J.sh / .log   actor J of worker set I (its --task is J)
+    learner-I.sh / .log   the learner of worker set I, rank I of the one mpirun
+    learners.sh / mpirun.log   that mpirun, started in the tmux window 'learners'
+
+A remote worker's files live at the same path on its own host. Every script `exec`s its worker,
+so the worker keeps the script's PID and process group: killing a tmux window (SIGHUP to the
+pane's process group; mpirun passes it on to its ranks) or the recorded process group of a remote
+worker stops the worker itself, with no orphan left behind.
+"""
+
+import contextlib
+import dataclasses
+import io
+import os
+import posixpath
+import shlex
+import socket
+
+import libtmux
+import paramiko
+import psutil
+
+# Exported to every worker; --stop checks it before killing a remote PID that may have been reused.
+RUN_ID_VARIABLE = "IMPALA_RUN_ID"
+
+
+@dataclasses.dataclass(frozen=True)
+class Launch:
+    """One process to start: a worker, or the mpirun that starts all learners."""
+
+    name: str  # 'actor-I-J', 'learner-I' or 'learners': tmux window and file names.
+    worker: object  # The workers_csv.Worker it runs as; None for the mpirun.
+    cwd: str
+    env: dict
+    argv: tuple
+    script_path: str
+    log_path: str
+
+    @property
+    def is_remote(self):
+        return self.worker is not None and not self.worker.is_local
+
+    @property
+    def to_terminal(self):
+        """Whether its output also goes to a terminal: a tmux window, or mpirun's (a learner)."""
+        return not (self.is_remote and self.worker.job == "actor")
+
+    @property
+    def command(self):
+        """The command as one shell line, for people to read."""
+        env = " ".join(f"{k}={shlex.quote(v)}" for k, v in self.env.items())
+        return f"cd {shlex.quote(self.cwd)} && {env} {shlex.join(self.argv)}"
+
+    def script(self):
+        lines = ["#!/bin/bash", f"# {self.name}: written by run_experiment_mm_raw.py."]
+        lines.append("export " + " ".join(f"{k}={shlex.quote(v)}" for k, v in self.env.items()))
+        if self.to_terminal:
+            # Also to the log; tee is in the pane's process group, so it dies with the window.
+            lines.append(f"exec > >(exec tee -a {shlex.quote(self.log_path)}) 2>&1")
+        lines.append(f"cd {shlex.quote(self.cwd)} || exit 1")
+        lines.append(f"exec {shlex.join(self.argv)}")  # The worker takes over this PID.
+        return "\n".join(lines) + "\n"
+
+
+@dataclasses.dataclass(frozen=True)
+class Place:
+    """Where workers run from on some host: the python to use and the repo dir (cwd)."""
+
+    python: str
+    repo_dir: str
+
+
+@dataclasses.dataclass(frozen=True)
+class Plan:
+    actors: list
+    learners: list  # Rank i is the learner of worker set i.
+    mpirun: Launch
+
+    @property
+    def all(self):
+        return [*self.actors, *self.learners, self.mpirun]
+
+
+def worker_launch(name, worker, worker_set, task, flag_args, launch_dir, run_id, place):
+    env = {
+        "CUDA_VISIBLE_DEVICES": worker.cuda_visible_devices,  # Empty hides every GPU.
+        "PYTHONUNBUFFERED": "1",  # Logs as they happen.
+        RUN_ID_VARIABLE: run_id,
+    }
+    argv = (
+        place.python,
+        "experiment.py",
+        f"--job_name={worker.job}",
+        f"--task={task}",
+        f"--learner_host={worker_set.learner.host}",
+        f"--actor_hosts={worker_set.actor_hosts}",
+        *flag_args,
+    )
+    path = posixpath.join(launch_dir, name)
+    return Launch(name, worker, place.repo_dir, env, argv, f"{path}.sh", f"{path}.log")
+
+
+def mpirun_argv(mpirun, as_root, learners):
+    """One MPMD mpirun, one rank per learner: `mpirun ... -np 1 -H host bash learner-0.sh : ...`."""
+    argv = [mpirun, *["--allow-run-as-root"] * as_root, "--oversubscribe", "--bind-to", "none"]
+    argv.append("--tag-output")  # '[1,rank]<stdout>:' on each line in the tmux window.
+    for rank, learner in enumerate(learners):
+        host = "localhost" if learner.worker.is_local else learner.worker.ip
+        argv += [":"] * bool(rank) + ["-np", "1", "-H", host, "bash", learner.script_path]
+    return tuple(argv)
+
+
+def plan(worker_sets, flag_args, launch_dir, run_id, local, remote, mpirun, as_root):
+    """Every launch of the run; `local`/`remote` are the Places of this host and the others."""
+
+    def launch(name, worker, worker_set, task):
+        place = remote if not worker.is_local else local
+        return worker_launch(name, worker, worker_set, task, flag_args, launch_dir, run_id, place)
+
+    actors = [
+        launch(f"actor-{ws.index}-{task}", actor, ws, task)
+        for ws in worker_sets
+        for task, actor in enumerate(ws.actors)
+    ]
+    learners = [launch(f"learner-{ws.index}", ws.learner, ws, 0) for ws in worker_sets]
+    mpirun_launch = Launch(
+        name="learners",
+        worker=None,
+        cwd=local.repo_dir,
+        env={RUN_ID_VARIABLE: run_id},
+        argv=mpirun_argv(mpirun, as_root, learners),
+        script_path=posixpath.join(launch_dir, "learners.sh"),
+        log_path=posixpath.join(launch_dir, "mpirun.log"),
+    )
+    return Plan(actors, learners, mpirun_launch)
+
+
+def write_script(launch):
+    os.makedirs(os.path.dirname(launch.script_path), exist_ok=True)
+    with open(launch.script_path, "w") as f:
+        f.write(launch.script())
+    os.chmod(launch.script_path, 0o755)
+
+
+# tmux: local workers, one window each.
+
+
+def tmux_server(socket_name):
+    return libtmux.Server(socket_name=socket_name or None)
+
+
+def open_window(server, session_name, launch):
+    """Runs `launch`'s script in a new window of `session_name`, creating the session if need be.
+
+    The window stays open after the worker exits (remain-on-exit), so its last lines stay
+    readable and its exit status can be read back. Creating the window and setting that option
+    are one tmux call, done before the server's event loop could see the script exit. (Opening
+    a shell first and replacing it would kill it in the middle of its rc files.)
+    """
+    command = f"exec bash {shlex.quote(launch.script_path)}"
+    if server.has_session(session_name):
+        create = ["new-window", "-d", "-t", f"{session_name}:", "-n", launch.name, command]
+    else:
+        create = ["new-session", "-d", "-s", session_name, "-n", launch.name, command]
+    target = f"{session_name}:{launch.name}"
+    result = server.cmd(*create, ";", "set-option", "-w", "-t", target, "remain-on-exit", "on")
+    if result.stderr:
+        raise RuntimeError(f"tmux {' '.join(create[:-1])}: {' '.join(result.stderr)}")
+
+
+def window_exit_status(server, session_name, window_name):
+    """None while the window's process runs, else its exit status (or -signal if killed)."""
+    session = server.sessions.get(session_name=session_name)
+    pane = session.windows.get(window_name=window_name).panes[0]
+    if pane.pane_dead != "1":
+        return None
+    if not (pane.pane_dead_status or pane.pane_dead_signal):
+        # tmux 3.3 sometimes misses a SIGCHLD: the worker stays an unreaped zombie, its status
+        # unknown, until another child of the server exits. Run one, so tmux reaps both.
+        server.cmd("run-shell", "true")
+        pane.refresh()
+    if pane.pane_dead_signal:
+        return -int(pane.pane_dead_signal)
+    return int(pane.pane_dead_status or 0)
+
+
+def stop_tmux_session(server, session_name, timeout):
+    """Kills the session, then SIGKILLs whatever of its processes outlives it by `timeout` s.
+
+    Returns (processes that were running, those that needed SIGKILL).
+    """
+    session = server.sessions.get(session_name=session_name)
+    processes = []
+    for pane in session.panes:
+        if pane.pane_dead == "1":
+            continue
+        try:
+            process = psutil.Process(int(pane.pane_pid))
+            processes += [process, *process.children(recursive=True)]
+        except psutil.NoSuchProcess:
+            pass
+    session.kill()
+    _, alive = psutil.wait_procs(processes, timeout=timeout)
+    for process in alive:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            process.kill()
+    psutil.wait_procs(alive, timeout=timeout)
+    return processes, alive
+
+
+# SSH: remote workers, each a detached process group.
+
+
+class UnknownHostKeyError(paramiko.SSHException):
+    pass
+
+
+class HostKeyPolicy(paramiko.MissingHostKeyPolicy):
+    """Rejects host keys missing from the known_hosts files, or accepts them with a warning."""
+
+    def __init__(self, accept, known_hosts_files, warn):
+        self._accept = accept
+        self._files = known_hosts_files
+        self._warn = warn
+
+    def missing_host_key(self, client, hostname, key):
+        key_text = f"{key.get_name()} {key.fingerprint}"
+        if self._accept:
+            self._warn(f"WARNING: accepting the unknown host key of {hostname} ({key_text})")
+            return
+        raise UnknownHostKeyError(
+            f"host key of {hostname} ({key_text}) is not in {' or '.join(self._files)}; check "
+            "it and add it there (e.g. ssh-keyscan -p PORT HOST >> FILE), or pass "
+            "--accept_unknown_host_keys"
+        )
+
+
+def ssh_connect(worker, known_hosts, accept_unknown, timeout, warn):
+    """An SSHClient logged in as `worker`'s row says; host keys checked against known_hosts.
+
+    Only the row's own credential is tried (its key or password; the ssh-agent only when it has
+    neither), so a wrong one fails clearly instead of silently falling back to another.
+    """
+    client = paramiko.SSHClient()
+    files = ["/etc/ssh/ssh_known_hosts", os.path.expanduser(known_hosts)]
+    for path in files:
+        if os.path.isfile(path):
+            client.load_system_host_keys(path)
+    client.set_missing_host_key_policy(HostKeyPolicy(accept_unknown, files, warn))
+    client.connect(
+        worker.ip,
+        port=worker.ssh_port,
+        username=worker.ssh_username,
+        password=worker.password or None,  # Also the passphrase of an encrypted key.
+        key_filename=worker.ssh_key_path or None,
+        allow_agent=not (worker.password or worker.ssh_key_path),
+        look_for_keys=False,
+        timeout=timeout,
+        banner_timeout=timeout,
+        auth_timeout=timeout,
+    )
+    return client
+
+
+def describe_error(error):
+    """A one-line reason for an SSH failure; never contains the credential."""
+    if isinstance(error, UnknownHostKeyError):
+        return str(error)
+    if isinstance(error, paramiko.BadHostKeyException):
+        return (
+            f"host key of {error.hostname} ({error.key.get_name()} {error.key.fingerprint}) "
+            f"does NOT match its known_hosts entry ({error.expected_key.fingerprint}): refusing "
+            "to connect (the host was reinstalled, or someone is in the middle)"
+        )
+    if isinstance(error, paramiko.AuthenticationException):
+        return f"authentication failed ({error})"
+    if isinstance(error, TimeoutError):
+        return f"timed out: {error or 'no answer'}"
+    if isinstance(
+        error, ConnectionError | socket.gaierror | paramiko.ssh_exception.NoValidConnectionsError
+    ):
+        return f"cannot connect: {error}"
+    return f"{type(error).__name__}: {error}"
+
+
+def ssh_run(client, command, timeout):
+    """Runs `command` in the remote login shell; returns (exit status, stdout, stderr)."""
+    try:
+        _, stdout, stderr = client.exec_command(command, timeout=timeout)
+        out = stdout.read().decode(errors="replace")
+        err = stderr.read().decode(errors="replace")
+    except TimeoutError:
+        raise TimeoutError(f"no answer within {timeout} s to: {command}") from None
+    return stdout.channel.recv_exit_status(), out, err
+
+
+def _check(result, what):
+    status, out, err = result
+    if status != 0:
+        raise RuntimeError(f"{what} failed (exit status {status}): {(err or out).strip()}")
+    return out
+
+
+def upload_script(client, launch, timeout):
+    directory = posixpath.dirname(launch.script_path)
+    _check(ssh_run(client, f"mkdir -p {shlex.quote(directory)}", timeout), f"mkdir {directory}")
+    with client.open_sftp() as sftp:
+        sftp.putfo(io.BytesIO(launch.script().encode()), launch.script_path)
+
+
+def start_remote(client, launch, timeout):
+    """Uploads the script and starts it detached in a new session; returns its PID.
+
+    setsid makes the worker the leader of its own session and process group (PGID = PID), so it
+    outlives the SSH connection and --stop can kill the whole group.
+    """
+    upload_script(client, launch, timeout)
+    script, log = shlex.quote(launch.script_path), shlex.quote(launch.log_path)
+    command = f"setsid bash {script} </dev/null >>{log} 2>&1 & echo $!"
+    return int(_check(ssh_run(client, command, timeout), f"starting {launch.script_path}"))
+
+
+def remote_alive(client, pid, timeout):
+    return ssh_run(client, f"kill -0 {pid}", timeout)[0] == 0
+
+
+def remote_tail(client, path, timeout, lines=15):
+    return ssh_run(client, f"tail -n {lines} {shlex.quote(path)}", timeout)[1]
+
+
+def stop_remote(client, pid, run_id, timeout, ssh_timeout):
+    """Stops the process group `pid` if its leader is still this run's worker.
+
+    SIGTERM, then SIGKILL after `timeout` s. Returns 'stopped', 'killed' or 'not running'.
+    """
+    marker = shlex.quote(f"{RUN_ID_VARIABLE}={run_id}")
+    command = (
+        f"if tr '\\0' '\\n' </proc/{pid}/environ 2>/dev/null | grep -qxF {marker}; then "
+        f"kill -TERM -- -{pid}; "
+        f"for i in $(seq {int(timeout * 10)}); do "
+        f"kill -0 -- -{pid} 2>/dev/null || {{ echo stopped; exit 0; }}; sleep 0.1; done; "
+        f"kill -KILL -- -{pid}; echo killed; "
+        "else echo 'not running'; fi"
+    )
+    return _check(ssh_run(client, command, timeout + ssh_timeout), f"stopping PID {pid}").strip()

@@ -1,0 +1,57 @@
+"""Stands in for experiment.py in launch tests: same flags, no TensorFlow, bounded run time.
+
+A test copies it as `experiment.py` into a directory it passes as --repo_dir. It prints one
+JSON line (its argv, cwd and the environment the launch script set), then:
+  learner: listens on the port of --learner_host and prints 'learner got: <line>' for each
+           actor that says hello;
+  actor:   connects to --learner_host (retrying while it is not up yet) and says
+           'hello from actor <task> (<its --actor_hosts entry>)'.
+It runs for --total_environment_frames milliseconds (at most 120 s), then exits 0; with
+CUDA_VISIBLE_DEVICES=fail (a CSV value) it exits 3 at once, like a worker that cannot start.
+"""
+
+import contextlib
+import json
+import os
+import socket
+import sys
+import threading
+import time
+
+
+def main():
+    flags = dict(arg[2:].partition("=")[::2] for arg in sys.argv[1:] if arg.startswith("--"))
+    deadline = time.monotonic() + min(int(flags["total_environment_frames"]) / 1000, 120)
+    environment = {k: os.environ.get(k) for k in ("CUDA_VISIBLE_DEVICES", "OMPI_COMM_WORLD_RANK")}
+    report = {"argv": sys.argv[1:], "cwd": os.getcwd(), "pid": os.getpid(), "env": environment}
+    print(json.dumps(report), flush=True)
+    if environment["CUDA_VISIBLE_DEVICES"] == "fail":
+        sys.exit(3)
+    host, port = flags["learner_host"].rsplit(":", 1)
+    if flags["job_name"] == "learner":
+        server = socket.create_server((host, int(port)), reuse_port=True)
+        server.settimeout(0.2)
+
+        def greet(connection):
+            with connection:
+                print(f"learner got: {connection.makefile().readline().strip()}", flush=True)
+
+        while time.monotonic() < deadline:
+            with contextlib.suppress(TimeoutError):  # Only so the deadline is checked.
+                threading.Thread(target=greet, args=(server.accept()[0],), daemon=True).start()
+    else:
+        task = int(flags["task"])
+        me = flags["actor_hosts"].split(",")[task]
+        while time.monotonic() < deadline:
+            try:
+                with socket.create_connection((host, int(port)), timeout=1) as connection:
+                    connection.sendall(f"hello from actor {task} ({me})\n".encode())
+                print("actor said hello", flush=True)
+                break
+            except OSError:
+                time.sleep(0.2)
+        time.sleep(max(0.0, deadline - time.monotonic()))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,203 @@
+"""Remote hosts for launch tests: network namespaces, each with a real sshd (DESIGN.md, section 3).
+
+Host i is the namespace `NAME` joined to this machine by a veth pair: this side has
+10.A.B.1/24, the namespace side 10.A.B.2/24 and a default route back through it, so processes in
+the namespace can reach this machine's veth addresses and nothing else. 10.A.B.0/24 is chosen at
+random among private /24s this machine has no route to. Each namespace runs
+`/usr/sbin/sshd -D` with a throwaway host key; it accepts the test's user key (for root) and
+passwords (for the throwaway user). Namespaces share this machine's PIDs and files, so a test
+can check "remote" processes with psutil and read "remote" files directly.
+
+Everything is undone by `close()`, which each step registers as it goes, so a failure half-way
+still cleans up what was made.
+"""
+
+import contextlib
+import dataclasses
+import ipaddress
+import json
+import os
+import random
+import secrets
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+import psutil
+
+SSHD = "/usr/sbin/sshd"
+
+
+def skip_reason():
+    """Why these fixtures cannot run here, or None."""
+    if os.geteuid() != 0:
+        return "needs root to create network namespaces and users"
+    for tool in ("ip", SSHD, "ssh-keygen", "useradd", "userdel", "chpasswd"):
+        if not shutil.which(tool):
+            return f"{tool} is not installed"
+    name = f"impt-probe-{secrets.token_hex(3)}"
+    if subprocess.run(["ip", "netns", "add", name], capture_output=True).returncode != 0:
+        return "no privilege to create network namespaces (ip netns add failed)"
+    subprocess.run(["ip", "netns", "del", name], check=True)
+    return None
+
+
+def _run(*argv, namespace=None):
+    prefix = ["ip", "netns", "exec", namespace] if namespace else []
+    return subprocess.run(prefix + list(argv), check=True, capture_output=True, text=True).stdout
+
+
+def _free_subnet():
+    """A random 10.A.B.0/24 that overlaps no route of this machine."""
+    routed = [
+        ipaddress.ip_network(route["dst"])
+        for route in json.loads(_run("ip", "-j", "-4", "route", "show", "table", "all"))
+        if route["dst"] != "default" and route["dst"][0].isdigit()
+    ]
+    while True:
+        subnet = ipaddress.ip_network(
+            f"10.{random.randint(100, 250)}.{random.randint(0, 255)}.0/24"
+        )
+        if not any(subnet.overlaps(net) for net in routed):
+            return subnet
+
+
+def _free_port(namespace):
+    """A port nobody listens on in `namespace` (bind port 0 there)."""
+    code = "import socket; s = socket.socket(); s.bind(('', 0)); print(s.getsockname()[1])"
+    return int(_run(sys.executable, "-c", code, namespace=namespace))
+
+
+def keygen(path):
+    """A new ed25519 key pair at `path` and `path`.pub; returns the public key line."""
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", path], check=True)
+    with open(path + ".pub") as f:
+        return f.read().strip()
+
+
+@dataclasses.dataclass
+class Host:
+    namespace: str
+    host_ip: str  # This machine's end of the veth pair: where namespace processes reach us.
+    ip: str  # The namespace's address, where its sshd listens.
+    ssh_port: int
+    known_hosts_line: str  # '[ip]:port ssh-ed25519 AAAA...'
+
+
+class Hosts:
+    """`count` namespaces with sshd, a user key for root, and a throwaway password user.
+
+    Attributes: hosts (list of Host), user_key / wrong_key (private key paths; wrong_key is
+    authorized nowhere), user / password (the throwaway account), dir (a temp dir).
+    """
+
+    def __init__(self, count):
+        self._undo = []
+        try:
+            self._setup(count)
+        except BaseException:
+            self.close()
+            raise
+
+    def _setup(self, count):
+        tag = secrets.token_hex(3)
+        self.dir = tempfile.mkdtemp(prefix="netns_sshd_")
+        self._undo.append(lambda: shutil.rmtree(self.dir, ignore_errors=True))
+        self.user_key = os.path.join(self.dir, "user_key")
+        self.wrong_key = os.path.join(self.dir, "wrong_key")
+        authorized = keygen(self.user_key)
+        keygen(self.wrong_key)
+        with open(os.path.join(self.dir, "authorized_keys"), "w") as f:
+            f.write(authorized + "\n")
+
+        self.user, self.password = f"impt{tag}", secrets.token_urlsafe(12)
+        _run("useradd", "--no-create-home", "--shell", "/bin/sh", self.user)
+        self._undo.append(self._delete_user)
+        subprocess.run(["chpasswd"], input=f"{self.user}:{self.password}\n", text=True, check=True)
+
+        if not os.path.isdir("/run/sshd"):  # sshd's privilege separation directory.
+            os.makedirs("/run/sshd", mode=0o755)
+            self._undo.append(lambda: shutil.rmtree("/run/sshd", ignore_errors=True))
+        self.hosts = [
+            self._add_host(f"impt-{tag}-{i}", f"ivh{tag}{i}", f"ivn{tag}{i}") for i in range(count)
+        ]
+
+    def _add_host(self, namespace, host_iface, ns_iface):
+        subnet = _free_subnet()
+        host_ip, ip = str(subnet[1]), str(subnet[2])
+        _run("ip", "netns", "add", namespace)
+        self._undo.append(lambda: self._delete_namespace(namespace, host_iface))
+        _run("ip", "link", "add", host_iface, "type", "veth", "peer", "name", ns_iface)
+        _run("ip", "link", "set", ns_iface, "netns", namespace)
+        _run("ip", "addr", "add", f"{host_ip}/24", "dev", host_iface)
+        _run("ip", "link", "set", host_iface, "up")
+        _run("ip", "addr", "add", f"{ip}/24", "dev", ns_iface, namespace=namespace)
+        _run("ip", "link", "set", ns_iface, "up", namespace=namespace)
+        _run("ip", "link", "set", "lo", "up", namespace=namespace)
+        _run("ip", "route", "add", "default", "via", host_ip, namespace=namespace)
+
+        directory = os.path.join(self.dir, namespace)
+        os.makedirs(directory)
+        host_key = os.path.join(directory, "ssh_host_ed25519_key")
+        key_type, key_data = keygen(host_key).split()[:2]
+        port = _free_port(namespace)
+        config = os.path.join(directory, "sshd_config")
+        with open(config, "w") as f:
+            f.write(
+                f"Port {port}\nListenAddress {ip}\nHostKey {host_key}\n"
+                f"PidFile {directory}/sshd.pid\n"
+                f"AuthorizedKeysFile {self.dir}/authorized_keys\n"
+                "PubkeyAuthentication yes\nPasswordAuthentication yes\n"
+                "KbdInteractiveAuthentication no\nUsePAM no\nStrictModes no\n"
+                "PermitRootLogin prohibit-password\nSubsystem sftp internal-sftp\n"
+            )
+        with open(os.path.join(directory, "sshd.log"), "w") as log:
+            sshd = subprocess.Popen(
+                ["ip", "netns", "exec", namespace, SSHD, "-D", "-e", "-f", config],
+                stdout=log,
+                stderr=log,
+            )
+        self._undo.append(lambda: (sshd.terminate(), sshd.wait(timeout=10)))
+        deadline = time.monotonic() + 10
+        while True:  # sshd is up once the port answers (this side reaches the namespace).
+            with contextlib.suppress(OSError), socket.create_connection((ip, port), timeout=1):
+                break
+            if time.monotonic() > deadline or sshd.poll() is not None:
+                raise RuntimeError(f"sshd in {namespace} did not start; see {directory}/sshd.log")
+            time.sleep(0.1)
+        return Host(namespace, host_ip, ip, port, f"[{ip}]:{port} {key_type} {key_data}")
+
+    def write_known_hosts(self, path, hosts=None):
+        with open(path, "w") as f:
+            f.writelines(h.known_hosts_line + "\n" for h in hosts or self.hosts)
+        return path
+
+    @staticmethod
+    def _kill(pids):
+        """SIGKILLs the test's leftover processes, by PID."""
+        processes = []
+        for pid in pids:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                processes.append(psutil.Process(pid))
+                processes[-1].kill()
+        psutil.wait_procs(processes, timeout=10)
+
+    def _delete_namespace(self, namespace, host_iface):
+        pids = subprocess.run(["ip", "netns", "pids", namespace], capture_output=True, text=True)
+        self._kill(int(pid) for pid in pids.stdout.split())
+        subprocess.run(["ip", "netns", "del", namespace], capture_output=True)
+        subprocess.run(["ip", "link", "del", host_iface], capture_output=True)  # If still there.
+
+    def _delete_user(self):
+        self._kill(
+            p.pid for p in psutil.process_iter(["username"]) if p.info["username"] == self.user
+        )
+        subprocess.run(["userdel", self.user], capture_output=True)
+
+    def close(self):
+        while self._undo:
+            with contextlib.suppress(Exception):
+                self._undo.pop()()

@@ -1,0 +1,141 @@
+"""workers_csv: every bad row is named by file, line, row and field; grouping is round-robin."""
+
+import pathlib
+import socket
+
+import pytest
+
+import workers_csv
+
+HEADER = "job,ip,tf_port,cuda_visible_devices,ssh_port,ssh_username,ssh_password"
+THIS_HOST = frozenset({"localhost", "myhost", "10.1.2.3"})  # As local_addresses() would say.
+REMOTE = "203.0.113.7"  # TEST-NET-3: never this host.
+EXAMPLE = pathlib.Path(__file__).resolve().parent.parent / "sandbox" / "local_workers_example.csv"
+
+
+def write(tmp_path, *rows, header=HEADER):
+    path = tmp_path / "workers.csv"
+    path.write_text("\n".join([header, *rows]) + "\n")
+    return str(path)
+
+
+def load(path, environ=None):
+    return workers_csv.load_worker_sets(path, THIS_HOST, environ or {})
+
+
+def problems(path, environ=None):
+    with pytest.raises(workers_csv.CsvError) as error:
+        load(path, environ)
+    return str(error.value).splitlines()
+
+
+def test_example_csv_groups_actors_round_robin_as_the_original():
+    worker_sets = load(str(EXAMPLE))
+    assert [(ws.learner.host, ws.actor_hosts) for ws in worker_sets] == [
+        ("localhost:8001", "localhost:9001,localhost:9003"),
+        ("localhost:8002", "localhost:9002"),
+    ]
+    assert all(w.is_local for ws in worker_sets for w in (ws.learner, *ws.actors))
+
+
+def test_round_robin_matches_a_modulo_reference(tmp_path):
+    learners = [f"learner,localhost,{8000 + i},,,," for i in range(3)]
+    actors = [f"actor,localhost,{9000 + k},,,," for k in range(8)]
+    # Interleave rows: grouping follows the order of actor rows, not of all rows.
+    rows = [actors[0], learners[0], *actors[1:4], learners[1], learners[2], *actors[4:]]
+    worker_sets = load(write(tmp_path, *rows))
+    expected = {i: [9000 + k for k in range(8) if k % 3 == i] for i in range(3)}
+    assert {ws.index: [a.tf_port for a in ws.actors] for ws in worker_sets} == expected
+    assert [ws.learner.tf_port for ws in worker_sets] == [8000, 8001, 8002]
+
+
+LEARNER = "learner,localhost,8001,,,,"
+ACTOR = "actor,localhost,9001,,,,"
+
+
+@pytest.mark.parametrize(
+    "rows, line, row, field, text",
+    [
+        ([LEARNER, "worker,localhost,9001,,,,"], 3, 2, "job", "valid jobs: learner, actor"),
+        ([LEARNER, "actor,localhost,,,,,"], 3, 2, "tf_port", "'' is not a port number"),
+        ([LEARNER, "actor,localhost,90x1,,,,"], 3, 2, "tf_port", "'90x1' is not a port number"),
+        ([LEARNER, "actor,localhost,70000,,,,"], 3, 2, "tf_port", "'70000' is not a port"),
+        ([LEARNER, "actor,,9001,,,,"], 3, 2, "ip", "empty"),
+        ([LEARNER, ACTOR, ACTOR], 4, 3, "tf_port", "also used by row 2 (line 3)"),
+        # Every name of this host is the same host.
+        ([LEARNER, ACTOR, "actor,127.0.0.1,9001,,,,"], 4, 3, "tf_port", "also used by row 2"),
+        ([LEARNER, ACTOR, "actor,10.1.2.3,8001,,,,"], 4, 3, "tf_port", "also used by row 1"),
+        ([LEARNER, "learner,localhost,8002,,,,", ACTOR], 3, 2, "job", "gets no actor"),
+        ([ACTOR], 2, 1, "job", "has no learner"),
+        ([LEARNER, f"actor,{REMOTE},9001,,22,bob,"], 3, 2, "ssh_password", "no credential"),
+        ([LEARNER, f"actor,{REMOTE},9001,,,bob,pw"], 3, 2, "ssh_port", "needs its SSH port"),
+        ([LEARNER, f"actor,{REMOTE},9001,,ssh,bob,pw"], 3, 2, "ssh_port", "'ssh' is not a port"),
+        ([LEARNER, f"actor,{REMOTE},9001,,22,,pw"], 3, 2, "ssh_username", "needs a user"),
+        ([LEARNER, f"actor,{REMOTE},9001,,22,bob,env:NO_SUCH"], 3, 2, "ssh_password", "NO_SUCH"),
+        ([LEARNER, f"actor,{REMOTE},9001,,22,bob,pw,x"], 3, 2, "ssh_password", "8 values"),
+        # A loopback learner cannot be reached by its remote actors.
+        ([LEARNER, f"actor,{REMOTE},9001,,22,bob,pw"], 2, 1, "ip", "loopback"),
+    ],
+)
+def test_each_bad_row_is_named_by_file_line_row_and_field(tmp_path, rows, line, row, field, text):
+    path = write(tmp_path, *rows)
+    matching = [p for p in problems(path) if p.startswith(f"{path}:{line}: row {row}, field")]
+    assert any(f"field '{field}'" in p and text in p for p in matching), problems(path)
+
+
+def test_every_problem_is_reported_at_once(tmp_path):
+    path = write(tmp_path, LEARNER, "actor,localhost,x,,,,", "boss,localhost,9002,,,,")
+    assert problems(path) == [
+        f"{path}:3: row 2, field 'tf_port': 'x' is not a port number (an integer in 1..65535)",
+        f"{path}:4: row 3, field 'job': 'boss' is not a job; valid jobs: learner, actor",
+    ]
+
+
+def test_missing_key_file_and_bad_header(tmp_path):
+    header = HEADER + ",ssh_key_path"
+    path = write(tmp_path, LEARNER, f"actor,{REMOTE},9001,,22,bob,,/no/key", header=header)
+    assert problems(path) == [f"{path}:3: row 2, field 'ssh_key_path': no such file: '/no/key'"]
+    path = write(tmp_path, LEARNER, header="job,ip,port")
+    (problem,) = problems(path)
+    assert problem.startswith(f"{path}:1: header: missing column(s) ['tf_port', ")
+    assert "unknown column(s) ['port']" in problem
+
+
+def test_credentials_key_env_password_or_agent(tmp_path):
+    key = tmp_path / "id_ed25519"
+    key.write_text("not checked here")
+    header = HEADER + ",ssh_key_path"
+    path = write(
+        tmp_path,
+        f"learner,{REMOTE},8001,0,22,alice,,{key}",
+        "actor,198.51.100.1,9001,,2222,bob,env:BOB_PASSWORD,",
+        "actor,198.51.100.2,9001,,22,carol,,",
+        "actor,198.51.100.3,9001,,22,dave,s3cret,",
+        header=header,
+    )
+    environ = {"BOB_PASSWORD": "from-env", "SSH_AUTH_SOCK": "/tmp/agent"}
+    learner, *actors = [w for ws in load(path, environ) for w in (ws.learner, *ws.actors)]
+    assert (learner.auth, learner.password, learner.cuda_visible_devices) == (f"key {key}", "", "0")
+    assert [(a.auth, a.password, a.ssh_port) for a in actors] == [
+        ("password from $BOB_PASSWORD", "from-env", 2222),
+        ("ssh-agent", "", 22),
+        ("password from the CSV", "s3cret", 22),
+    ]
+    assert "s3cret" not in repr(actors[2]) and "from-env" not in repr(actors[0])
+    # Without the agent, carol's row has no credential.
+    del environ["SSH_AUTH_SOCK"]
+    assert [p.split(": ", 1)[1] for p in problems(path, environ)] == [
+        "row 3, field 'ssh_password': 198.51.100.2 is not this host and the row has no "
+        "credential: give ssh_password (or env:VARNAME), ssh_key_path, or run an ssh-agent"
+    ]
+
+
+def test_local_rows_need_no_ssh_fields_and_own_addresses_are_local(tmp_path):
+    path = write(
+        tmp_path, "learner,myhost,8001,,,,", "actor,10.1.2.3,9001,,,,", "actor,::1,9002,,,,"
+    )
+    assert all(w.is_local for ws in load(path) for w in (ws.learner, *ws.actors))
+    # The real local_addresses() holds what `hostname` and the loopback interface say.
+    assert {"localhost", socket.gethostname(), "127.0.0.1"} <= workers_csv.local_addresses()
+    assert workers_csv.is_local("127.0.0.2", frozenset())  # All of 127/8 is loopback.
+    assert not workers_csv.is_local(REMOTE, workers_csv.local_addresses())

@@ -1,20 +1,32 @@
 """Shared fixtures: processes started by a test are always killed at its end."""
 
+import sys
+
 import pytest
 
 from tests import processes
 
 
 @pytest.fixture
-def spawn(tmp_path):
-    """spawn(args, name, env=None) starts experiment.py, logging to tmp_path/<name>.log."""
+def start(tmp_path):
+    """start(argv, name, env=None): a Process logging to tmp_path/<name>.log."""
     started = []
 
-    def start(args, name, env=None):
-        process = processes.experiment(args, tmp_path / f"{name}.log", env=env)
+    def run(argv, name, env=None):
+        process = processes.Process(argv, tmp_path / f"{name}.log", env=env)
         started.append(process)
         return process
 
-    yield start
+    yield run
     for process in started:
         process.kill()
+
+
+@pytest.fixture
+def spawn(start):
+    """spawn(args, name, env=None): experiment.py with `args` (list of --flag=value)."""
+
+    def run(args, name, env=None):
+        return start([sys.executable, processes.EXPERIMENT, *args], name, env=env)
+
+    return run

@@ -2,7 +2,6 @@
 
 import os
 import re
-import shutil
 import sys
 
 import numpy as np
@@ -27,23 +26,17 @@ def mpirun(sections):
     return command
 
 
-def start_mpirun(sections, log_path):
-    env = {"PYTHONPATH": str(processes.REPO)}
-    return processes.Process(mpirun(sections), log_path, env=env)
+def start_mpirun(start, sections, name):
+    """The learners' mpirun, with this repo importable on every rank (for tests.*)."""
+    return start(mpirun(sections), name, env={"PYTHONPATH": str(processes.REPO)})
 
 
-def test_averaged_gradient_is_the_mean_of_local_gradients(tmp_path):
+def test_averaged_gradient_is_the_mean_of_local_gradients(start, tmp_path):
     worker = [sys.executable, "-m", "tests.horovod_gradient_worker"]
-    ranks = start_mpirun([[*worker, "ranks", str(tmp_path)]] * 2, tmp_path / "mpirun.log")
-    try:
-        assert ranks.wait(timeout=300) == 0, ranks.log()[-3000:]
-    finally:
-        ranks.kill()
-    local = processes.Process([*worker, "local", str(tmp_path)], tmp_path / "local.log")
-    try:
-        assert local.wait(timeout=300) == 0, local.log()[-3000:]
-    finally:
-        local.kill()
+    ranks = start_mpirun(start, [[*worker, "ranks", str(tmp_path)]] * 2, "mpirun")
+    assert ranks.wait(timeout=300) == 0, ranks.log()[-3000:]
+    local = start([*worker, "local", str(tmp_path)], "local")
+    assert local.wait(timeout=300) == 0, local.log()[-3000:]
 
     rank0, rank1 = (np.load(tmp_path / f"rank{r}.npz") for r in range(2))
     expected = np.load(tmp_path / "local.npz")
@@ -65,29 +58,28 @@ STOPPED = re.compile(
 )
 
 
-def learner_sections(worker_sets, flags):
-    return [
+def start_two_worker_sets(start, spawn, flags):
+    """Two learners (one mpirun) and one actor process per learner; returns them."""
+    worker_sets = [cluster_flags(1), cluster_flags(1)]
+    sections = [
         [sys.executable, processes.EXPERIMENT, *cluster, *flags, "--job_name=learner"]
         for cluster in worker_sets
     ]
+    learners = start_mpirun(start, sections, "learners")
+    actors = [
+        spawn([*cluster, *flags, "--job_name=actor", "--task=0"], f"actor_set{i}")
+        for i, cluster in enumerate(worker_sets)
+    ]
+    return learners, actors, worker_sets
 
 
-@pytest.mark.skipif(shutil.which("mpirun") is None, reason="mpirun not installed")
-def test_two_learners_learn_cartpole_with_identical_weights(spawn, tmp_path):
+def test_two_learners_learn_cartpole_with_identical_weights(start, spawn, tmp_path):
     logdir = tmp_path / "logdir"
     flags = [*CARTPOLE, f"--logdir={logdir}", "--total_environment_frames=300000"]
-    worker_sets = [cluster_flags(1), cluster_flags(1)]
-    learners = start_mpirun(learner_sections(worker_sets, flags), tmp_path / "learners.log")
-    try:
-        actors = [
-            spawn([*cluster, *flags, "--job_name=actor", "--task=0"], f"actor_set{i}")
-            for i, cluster in enumerate(worker_sets)
-        ]
-        assert learners.wait(timeout=900) == 0, learners.log()[-4000:]
-        for actor in actors:
-            assert actor.wait(timeout=60) == 0, actor.log()[-3000:]
-    finally:
-        learners.kill()
+    learners, actors, _ = start_two_worker_sets(start, spawn, flags)
+    assert learners.wait(timeout=900) == 0, learners.log()[-4000:]
+    for actor in actors:
+        assert actor.wait(timeout=60) == 0, actor.log()[-3000:]
 
     stopped = {int(m[0]): m for m in STOPPED.findall(learners.log())}
     assert sorted(stopped) == [0, 1], learners.log()[-4000:]
@@ -101,25 +93,16 @@ def test_two_learners_learn_cartpole_with_identical_weights(spawn, tmp_path):
     assert np.mean(returns[-20:]) > 150, returns[-40:]
 
 
-@pytest.mark.skipif(shutil.which("mpirun") is None, reason="mpirun not installed")
-def test_a_learner_whose_actors_die_stops_all_learners_cleanly(spawn, tmp_path):
+def test_a_learner_whose_actors_die_stops_all_learners_cleanly(start, spawn, tmp_path):
     logdir = tmp_path / "logdir"
     flags = [*CARTPOLE, f"--logdir={logdir}", "--total_environment_frames=100000000"]
     flags.append("--batch_timeout_secs=15")
-    worker_sets = [cluster_flags(1), cluster_flags(1)]
-    learners = start_mpirun(learner_sections(worker_sets, flags), tmp_path / "learners.log")
-    try:
-        actors = [
-            spawn([*cluster, *flags, "--job_name=actor", "--task=0"], f"actor_set{i}")
-            for i, cluster in enumerate(worker_sets)
-        ]
-        learners.wait_for_log("[learner rank 1/2] frames", timeout=300)
-        actors[1].kill()
-        # Bounded: the batch timeout plus a final checkpoint and the finish grace period.
-        assert learners.wait(timeout=120) == EXIT_STARVED
-        assert actors[0].wait(timeout=60) == 0, actors[0].log()[-3000:]
-    finally:
-        learners.kill()
+    learners, actors, worker_sets = start_two_worker_sets(start, spawn, flags)
+    learners.wait_for_log("[learner rank 1/2] frames", timeout=300)
+    actors[1].kill()
+    # Bounded: the batch timeout plus a final checkpoint and the finish grace period.
+    assert learners.wait(timeout=120) == EXIT_STARVED
+    assert actors[0].wait(timeout=60) == 0, actors[0].log()[-3000:]
     log = learners.log()
     dead_actor = worker_sets[1][1].split("=", 1)[1]
     assert f"[learner rank 1/2] no batch of 16 unrolls from actors {dead_actor} in 15 s" in log

@@ -6,7 +6,6 @@ import os
 import pathlib
 import signal
 import subprocess
-import sys
 import time
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
@@ -68,8 +67,3 @@ class Process:
         with contextlib.suppress(subprocess.TimeoutExpired):
             self.popen.wait(timeout=10)
         self._log.close()
-
-
-def experiment(args, log_path, env=None):
-    """experiment.py with `args` (list of --flag=value) as a Process."""
-    return Process([sys.executable, EXPERIMENT, *args], log_path, env=env)

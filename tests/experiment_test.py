@@ -79,9 +79,15 @@ PONG = [
 ]
 
 
+def checkpointed_frames(logdir):
+    """The environment frame count stored in the latest checkpoint of `logdir`."""
+    path = tf.train.latest_checkpoint(str(logdir / "checkpoints"))
+    return int(tf.train.load_variable(path, "environment_frames/.ATTRIBUTES/VARIABLE_VALUE"))
+
+
 def test_pong_checkpoints_survives_learner_kill_and_evaluates(spawn, tmp_path):
     logdir = tmp_path / "logdir"
-    flags = [*cluster_flags(1), *PONG, f"--logdir={logdir}", "--total_environment_frames=20000"]
+    flags = [*cluster_flags(1), *PONG, f"--logdir={logdir}", "--total_environment_frames=10000000"]
     learner = spawn([*flags, "--job_name=learner"], "learner")
     actor = spawn([*flags, "--job_name=actor", "--task=0"], "actor")
     learner.wait_for_log("saved checkpoint", timeout=300, count=2)  # periodic, mid-training
@@ -90,15 +96,25 @@ def test_pong_checkpoints_survives_learner_kill_and_evaluates(spawn, tmp_path):
     learner.signal(signal.SIGKILL)
     learner.wait(timeout=30)
     actor.wait_for_log("lost learner", timeout=120)
+    saved_frames = checkpointed_frames(logdir)
+    assert saved_frames > 0
 
     restarted = spawn([*flags, "--job_name=learner"], "learner_restarted")
     restarted.wait_for_log("restored checkpoint", timeout=300)
     restarted.wait_for_log("training from", timeout=60)
-    resumed_from = int(restarted.log().split("training from ")[1].split()[0])
-    assert resumed_from > 0
-    assert restarted.wait(timeout=600) == 0, restarted.log()[-3000:]
-    assert "reconnected to learner" in actor.log()
+    assert int(restarted.log().split("training from ")[1].split()[0]) == saved_frames
+    actor.wait_for_log("reconnected to learner", timeout=300)
+    restarted.wait_for_log("] frames", timeout=300)  # trains on the reconnected actor's data
+
+    # SIGTERM: a final checkpoint, exit 0; the actor sees training end and exits 0 too.
+    restarted.signal(signal.SIGTERM)
+    assert restarted.wait(timeout=120) == 0, restarted.log()[-3000:]
+    log = restarted.log()
+    assert "SIGTERM received" in log
+    assert log.rindex("saved checkpoint") > log.index("SIGTERM received")
+    assert checkpointed_frames(logdir) > saved_frames
     assert actor.wait(timeout=60) == 0, actor.log()[-3000:]
+    assert "learner finished training; exiting" in actor.log()
 
     for selection in ("greedy", "sample"):
         evaluation = spawn(

@@ -105,14 +105,33 @@ def worker_launch(name, worker, worker_set, task, flag_args, launch_dir, run_id,
     return Launch(name, worker, place.repo_dir, env, argv, f"{path}.sh", f"{path}.log")
 
 
-def mpirun_argv(mpirun, as_root, learners):
-    """One MPMD mpirun, one rank per learner: `mpirun ... -np 1 -H host bash learner-0.sh : ...`."""
+def mpmd_argv(mpirun, as_root, ranks, options=()):
+    """One MPMD mpirun: `mpirun [options] -np 1 -H host0 argv0... : -np 1 -H host1 ...`.
+
+    Args:
+      mpirun: path of mpirun.
+      as_root: add --allow-run-as-root (Open MPI refuses root without it).
+      ranks: one (host, argv) per rank, in rank order.
+      options: more mpirun options.
+    """
     argv = [mpirun, *["--allow-run-as-root"] * as_root, "--oversubscribe", "--bind-to", "none"]
-    argv.append("--tag-output")  # '[1,rank]<stdout>:' on each line in the tmux window.
-    for rank, learner in enumerate(learners):
-        host = "localhost" if learner.worker.is_local else learner.worker.ip
-        argv += [":"] * bool(rank) + ["-np", "1", "-H", host, "bash", learner.script_path]
+    argv += options
+    for rank, (host, rank_argv) in enumerate(ranks):
+        argv += [":"] * bool(rank) + ["-np", "1", "-H", host, *rank_argv]
     return tuple(argv)
+
+
+def mpirun_argv(mpirun, as_root, learners):
+    """All learners' ranks: `mpirun ... -np 1 -H host bash learner-0.sh : ...`."""
+    ranks = [
+        (
+            "localhost" if learner.worker.is_local else learner.worker.ip,
+            ["bash", learner.script_path],
+        )
+        for learner in learners
+    ]
+    # --tag-output: '[1,rank]<stdout>:' on each line in the tmux window.
+    return mpmd_argv(mpirun, as_root, ranks, options=["--tag-output"])
 
 
 def plan(worker_sets, flag_args, launch_dir, run_id, local, remote, mpirun, as_root):

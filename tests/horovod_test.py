@@ -7,6 +7,7 @@ import sys
 import numpy as np
 import pytest
 
+import launcher
 from learner import EXIT_STARVED
 from tests import processes
 from tests.experiment_test import CARTPOLE, cluster_flags, episode_returns
@@ -14,21 +15,14 @@ from tests.experiment_test import CARTPOLE, cluster_flags, episode_returns
 pytestmark = pytest.mark.slow
 
 
-def mpirun(sections):
-    """An MPMD mpirun command line, one `-np 1` section (argv list) per learner rank."""
-    command = ["mpirun", "--oversubscribe", "--bind-to", "none"]
-    if os.geteuid() == 0:
-        command.append("--allow-run-as-root")
-    for i, section in enumerate(sections):
-        if i:
-            command.append(":")
-        command += ["-np", "1", "-H", "localhost", "-x", "PYTHONPATH", *section]
-    return command
-
-
 def start_mpirun(start, sections, name):
     """The learners' mpirun, with this repo importable on every rank (for tests.*)."""
-    return start(mpirun(sections), name, env={"PYTHONPATH": str(processes.REPO)})
+    argv = launcher.mpmd_argv(
+        "mpirun",
+        os.geteuid() == 0,
+        [("localhost", ["-x", "PYTHONPATH", *section]) for section in sections],
+    )
+    return start(argv, name, env={"PYTHONPATH": str(processes.REPO)})
 
 
 def test_averaged_gradient_is_the_mean_of_local_gradients(start, tmp_path):

@@ -19,11 +19,13 @@ environment: an actor enqueues [N, ...] for its N environments, the learner dequ
 
 import contextlib
 import socket
+import time
 
 import numpy as np
 import tensorflow as tf
 
 LEARNER_DEVICE = "/job:learner/task:0/cpu:0"
+_DEQUEUE_POLL_SECS = 0.01
 
 
 class AddressError(ValueError):
@@ -186,9 +188,19 @@ class Transport:
         )
 
     def dequeue(self, batch_size, timeout_ms):
-        """[batch_size, ...] flat list of numpy arrays; raises DeadlineExceededError on timeout."""
-        options = tf.compat.v1.RunOptions(timeout_in_ms=timeout_ms)
-        return self.session.run(self._dequeue, {self._batch_size: batch_size}, options=options)
+        """[batch_size, ...] flat list of numpy arrays; raises DeadlineExceededError on timeout.
+
+        Waits until the queue holds a whole batch and only then dequeues: a dequeue_many that
+        times out drops the unrolls it had already taken. Assumes one consumer (the learner).
+        """
+        deadline = time.monotonic() + timeout_ms / 1000
+        while self.queue_size() < batch_size:
+            if time.monotonic() >= deadline:
+                raise tf.errors.DeadlineExceededError(
+                    None, None, f"fewer than {batch_size} unrolls queued after {timeout_ms} ms"
+                )
+            time.sleep(_DEQUEUE_POLL_SECS)
+        return self.session.run(self._dequeue, {self._batch_size: batch_size})
 
     def queue_size(self):
         return int(self.session.run(self._size))

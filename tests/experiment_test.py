@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+import summaries
 from tests.netutil import free_ports
 
 pytestmark = pytest.mark.slow
@@ -17,17 +18,6 @@ def cluster_flags(num_actors):
         f"--learner_host=127.0.0.1:{learner_port}",
         "--actor_hosts=" + ",".join(f"127.0.0.1:{p}" for p in actor_ports),
     ]
-
-
-def episode_returns(logdir, level_name):
-    """Per-episode returns the learner wrote to TensorBoard, in order of environment frames."""
-    returns = []
-    for path in sorted(tf.io.gfile.glob(f"{logdir}/events.out.tfevents.*")):
-        for event in tf.compat.v1.train.summary_iterator(path):
-            for value in event.summary.value:
-                if value.tag == f"{level_name}/episode_return":
-                    returns.append((event.step, float(tf.make_ndarray(value.tensor))))
-    return [r for _, r in sorted(returns, key=lambda x: x[0])]
 
 
 CARTPOLE = [
@@ -59,7 +49,7 @@ def test_one_learner_two_actors_learn_cartpole(spawn, tmp_path):
     for actor in actors:
         assert actor.wait(timeout=60) == 0, actor.log()[-3000:]
         assert "learner finished training; exiting" in actor.log()
-    returns = episode_returns(logdir, "CartPole-v1")
+    returns = [r for _, r in summaries.episode_returns(logdir, "CartPole-v1")]
     assert len(returns) >= 100
     assert np.mean(returns[-20:]) > 150, returns[-40:]
     assert "frames/s" in learner.log() and "policy lag" in learner.log()

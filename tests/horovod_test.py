@@ -8,9 +8,10 @@ import numpy as np
 import pytest
 
 import launcher
+import summaries
 from learner import EXIT_STARVED
 from tests import processes
-from tests.experiment_test import CARTPOLE, cluster_flags, episode_returns
+from tests.experiment_test import CARTPOLE, cluster_flags
 
 pytestmark = pytest.mark.slow
 
@@ -83,7 +84,7 @@ def test_two_learners_learn_cartpole_with_identical_weights(start, spawn, tmp_pa
     assert steps0 == steps1 and int(steps0) > 0
     assert digest0 == digest1, "learners ended with different weights"
     assert int(global0) == int(global1) == int(own0) + int(own1) >= 300000
-    returns = episode_returns(logdir, "CartPole-v1")
+    returns = [r for _, r in summaries.episode_returns(logdir, "CartPole-v1")]
     assert np.mean(returns[-20:]) > 150, returns[-40:]
 
 

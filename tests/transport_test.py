@@ -62,6 +62,7 @@ def test_parameters_and_unrolls_cross_between_processes_roles(learner_and_actor)
 
     with pytest.raises(tf.errors.DeadlineExceededError):
         learner.dequeue(4, timeout_ms=200)  # only one unroll left: the dequeue times out
+    assert learner.queue_size() == 1  # and the timed-out dequeue lost nothing
 
     assert not actor.training_finished()
     learner.finish()

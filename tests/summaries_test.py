@@ -1,0 +1,31 @@
+"""summaries.episode_returns reads back exactly the episode returns a writer logged."""
+
+import tensorflow as tf
+
+import summaries
+
+
+def test_episode_returns_of_the_level_from_every_file_in_frame_order(tmp_path):
+    # Two event files (e.g. a learner restarted from a checkpoint), steps out of order in
+    # the first, and other tags and levels that must be left out.
+    written = [
+        [(300, 1.0), (100, -2.5), (200, 3.0)],
+        [(400, 7.0), (400, 8.0)],
+    ]
+    for run in written:
+        writer = tf.summary.create_file_writer(str(tmp_path), filename_suffix=f".{len(run)}")
+        with writer.as_default():
+            for step, episode_return in run:
+                tf.summary.scalar("Pong/episode_return", episode_return, step=step)
+                tf.summary.scalar("Breakout/episode_return", 99.0, step=step)
+                tf.summary.scalar("frames_per_second", 1000.0, step=step)
+        writer.close()
+
+    assert summaries.episode_returns(tmp_path, "Pong") == [
+        (100, -2.5),
+        (200, 3.0),
+        (300, 1.0),
+        (400, 7.0),
+        (400, 8.0),
+    ]
+    assert summaries.episode_returns(tmp_path, "Seaquest") == []

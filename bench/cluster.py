@@ -14,6 +14,7 @@ import sys
 
 import psutil
 
+import launcher
 import training_flags
 from tests import processes
 from tests.netutil import free_ports
@@ -29,16 +30,6 @@ def forwarded_flags(overrides):
         if name not in overrides
     ]
     return args + [f"--{name}={value}" for name, value in overrides.items()]
-
-
-def mpirun_argv(rank_argvs):
-    """An MPMD mpirun with one `-np 1` section per learner rank, all on this host."""
-    argv = ["mpirun", "--oversubscribe", "--bind-to", "none"]
-    if os.geteuid() == 0:
-        argv.append("--allow-run-as-root")
-    for rank, rank_argv in enumerate(rank_argvs):
-        argv += [":"] * bool(rank) + ["-np", "1", "-H", "localhost", *rank_argv]
-    return argv
 
 
 class WorkerSets:
@@ -79,7 +70,12 @@ class WorkerSets:
             if num_learners == 1:
                 self.learners = processes.Process(learner_argvs[0], self.learners_log)
             else:
-                self.learners = processes.Process(mpirun_argv(learner_argvs), self.learners_log)
+                self.learners = processes.Process(
+                    launcher.mpmd_argv(
+                        "mpirun", os.geteuid() == 0, [("localhost", a) for a in learner_argvs]
+                    ),
+                    self.learners_log,
+                )
             for i, (flags, set_actors) in enumerate(clusters):
                 for task in range(set_actors):
                     argv = [sys.executable, processes.EXPERIMENT, *flags, *flag_args]

@@ -11,13 +11,30 @@ import os
 import pathlib
 import re
 import sys
+import time
 
 import psutil
+from absl import flags
 
 import launcher
 import training_flags
 from tests import processes
 from tests.netutil import free_ports
+
+flags.DEFINE_float("max_load", 1.5, "Wait before each measurement until the 1-min load is below.")
+flags.DEFINE_integer("load_wait_secs", 300, "Longest wait for --max_load per measurement.")
+FLAGS = flags.FLAGS
+
+
+def wait_for_quiet_machine():
+    """Waits (bounded) for the 1-min load average to drop below --max_load; returns it.
+
+    The machine may be shared: a measurement taken while other work runs says little.
+    """
+    deadline = time.monotonic() + FLAGS.load_wait_secs
+    while os.getloadavg()[0] >= FLAGS.max_load and time.monotonic() < deadline:
+        time.sleep(10)
+    return round(os.getloadavg()[0], 2)
 
 
 def forwarded_flags(overrides):
@@ -57,14 +74,14 @@ class WorkerSets:
         for i in range(num_learners):
             learner_port = next(ports)
             actor_ports = [next(ports) for _ in range(i, num_actors, num_learners)]
-            flags = [
+            cluster_args = [
                 f"--learner_host=127.0.0.1:{learner_port}",
                 "--actor_hosts=" + ",".join(f"127.0.0.1:{p}" for p in actor_ports),
             ]
-            clusters.append((flags, len(actor_ports)))
+            clusters.append((cluster_args, len(actor_ports)))
         learner_argvs = [
-            [sys.executable, processes.EXPERIMENT, *flags, *flag_args, "--job_name=learner"]
-            for flags, _ in clusters
+            [sys.executable, processes.EXPERIMENT, *cluster_args, *flag_args, "--job_name=learner"]
+            for cluster_args, _ in clusters
         ]
         try:
             if num_learners == 1:
@@ -76,9 +93,9 @@ class WorkerSets:
                     ),
                     self.learners_log,
                 )
-            for i, (flags, set_actors) in enumerate(clusters):
+            for i, (cluster_args, set_actors) in enumerate(clusters):
                 for task in range(set_actors):
-                    argv = [sys.executable, processes.EXPERIMENT, *flags, *flag_args]
+                    argv = [sys.executable, processes.EXPERIMENT, *cluster_args, *flag_args]
                     argv += ["--job_name=actor", f"--task={task}"]
                     self.actors.append(processes.Process(argv, log_dir / f"actor-{i}-{task}.log"))
         except BaseException:

@@ -10,8 +10,8 @@ last, one JSON line.
 
   cartpole  CartPole-v1, MLPAgent, 500K frames (= agent steps): the frames at which the mean
             return over the last 100 games first reaches 475 (target: within the budget).
-  pong      PongNoFrameskip-v4, SimpleConvNetAgent, 10M frames (2.5M agent steps, about an
-            hour here): the mean return of the last 100 games (target: >= +18). --quick
+  pong      PongNoFrameskip-v4, SimpleConvNetAgent, 10M frames (2.5M agent steps, ~90 min
+            here): the mean return of the last 100 games (target: >= +18). --quick
             trains 500K frames instead, to check the whole path in a few minutes.
 
 The run's settings below apply unless the flag is given on the command line: every training

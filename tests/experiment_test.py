@@ -41,7 +41,8 @@ def test_one_learner_two_actors_learn_cartpole(spawn, tmp_path):
         *CARTPOLE,
         f"--logdir={logdir}",
         # With the default 0.0006 the mean hovered at 150-200 from 200K to 400K frames (one run
-        # in four fell short of the bar); 0.003 reached 475 before 500K frames in 3 runs of 3.
+        # in four fell short of the bar); with 0.003 the last 20 games averaged 477, 500 and
+        # 180 in the 3 runs so far (brief policy collapses make it vary).
         "--learning_rate=0.003",
         "--total_environment_frames=400000",
     ]

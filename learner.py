@@ -55,11 +55,17 @@ def parameter_digest(variables):
     return digest.hexdigest()[:16]
 
 
+class PrefetchError(RuntimeError):
+    """The thread that dequeues batches for the learner failed."""
+
+
 class BatchPrefetcher:
     """Dequeues batches in a background thread so the train step never waits on the queue.
 
     TF's dequeue releases the GIL, so the dequeue overlaps the train step. One batch is held
     ready (queue.Queue(maxsize=1)); the thread ends when the TF queue is closed or on stop().
+    Any other error ends the thread too and is raised by the next get(), so that the learner
+    stops at once (with its final checkpoint) instead of starving for --batch_timeout_secs.
     """
 
     _POLL_MS = 500
@@ -69,10 +75,17 @@ class BatchPrefetcher:
         self._batch_size = batch_size
         self._ready = queue.Queue(maxsize=1)
         self._stopping = threading.Event()
+        self._error = None
         self._thread = threading.Thread(target=self._run, name="batch-prefetch", daemon=True)
         self._thread.start()
 
     def _run(self):
+        try:
+            self._prefetch()
+        except Exception as e:  # noqa: BLE001 - handed to the main thread by get().
+            self._error = e
+
+    def _prefetch(self):
         while not self._stopping.is_set():
             try:
                 batch = self._transport.dequeue(self._batch_size, self._POLL_MS)
@@ -88,7 +101,10 @@ class BatchPrefetcher:
                     continue
 
     def get(self, timeout_secs, should_stop):
-        """The next batch, or None after `timeout_secs` or as soon as should_stop() is true."""
+        """The next batch, or None after `timeout_secs` or as soon as should_stop() is true.
+
+        Raises PrefetchError if the prefetch thread failed.
+        """
         deadline = time.monotonic() + timeout_secs
         while not should_stop():
             remaining = deadline - time.monotonic()
@@ -97,7 +113,10 @@ class BatchPrefetcher:
             try:
                 return self._ready.get(timeout=min(remaining, self._POLL_MS / 1000))
             except queue.Empty:
-                continue
+                if self._error is not None:
+                    raise PrefetchError(
+                        f"dequeuing batches from the unroll queue failed: {self._error!r}"
+                    ) from self._error
         return None
 
     def stop(self):

@@ -23,9 +23,11 @@ import time
 
 import numpy as np
 import tensorflow as tf
+from absl import logging
 
 LEARNER_DEVICE = "/job:learner/task:0/cpu:0"
 _DEQUEUE_POLL_SECS = 0.01
+_ABORTED_ATTEMPTS = 5
 
 
 class AddressError(ValueError):
@@ -178,12 +180,35 @@ class Transport:
 
     # Learner side.
 
+    def _run_learner_op(self, fetches, feed_dict=None):
+        """session.run of a learner operation, retried when the request was delivered twice.
+
+        Under heavy CPU load gRPC can deliver one request twice; the TF server then rejects
+        the second with AbortedError ("The same RunGraph (Worker) request was received twice")
+        although the learner and its server are fine (seen at load average 10 here). The
+        learner's own operations are safe to run again: publish and size are idempotent, and
+        a repeated dequeue loses at most the batch whose reply was lost.
+        """
+        for attempt in range(1, _ABORTED_ATTEMPTS + 1):
+            try:
+                return self.session.run(fetches, feed_dict)
+            except tf.errors.AbortedError as e:
+                if attempt == _ABORTED_ATTEMPTS:
+                    raise
+                logging.warning(
+                    "learner transport: %s aborted (%s); retrying (%d/%d)",
+                    getattr(fetches, "name", "operation"),
+                    e.message.splitlines()[-1][:120],
+                    attempt,
+                    _ABORTED_ATTEMPTS - 1,
+                )
+
     def initialize(self):
-        self.session.run(self._init)
+        self._run_learner_op(self._init)
 
     def publish(self, parameters):
         """Publishes a list of numpy arrays as the new parameters; returns the new version."""
-        return self.session.run(
+        return self._run_learner_op(
             self._publish, dict(zip(self._parameter_feeds, parameters, strict=True))
         )
 
@@ -200,15 +225,15 @@ class Transport:
                     None, None, f"fewer than {batch_size} unrolls queued after {timeout_ms} ms"
                 )
             time.sleep(_DEQUEUE_POLL_SECS)
-        return self.session.run(self._dequeue, {self._batch_size: batch_size})
+        return self._run_learner_op(self._dequeue, {self._batch_size: batch_size})
 
     def queue_size(self):
-        return int(self.session.run(self._size))
+        return int(self._run_learner_op(self._size))
 
     def finish(self):
         """Tells actors training is over: sets the flag, then closes the queue (fails enqueues)."""
-        self.session.run(self._mark_finished)
-        self.session.run(self._close)
+        self._run_learner_op(self._mark_finished)
+        self._run_learner_op(self._close)
 
     # Actor side.
 

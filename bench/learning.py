@@ -6,7 +6,8 @@
 real system (one learner and --actors actors of experiment.py on loopback) to its frame budget,
 then reads the per-game returns the learner wrote to TensorBoard and writes, to --output_dir,
 `<run>.csv` (frames, episode_return, mean_return_100) and `<run>.png`. Printed: a table and,
-last, one JSON line.
+last, one JSON line. `--resume` continues an interrupted run from its checkpoint: the learner
+restores the frame count, and the curve reads the summaries of both parts.
 
   cartpole  CartPole-v1, MLPAgent, 500K frames (= agent steps): the frames at which the mean
             return over the last 100 games first reaches 475 (target: within the budget).
@@ -18,6 +19,7 @@ The run's settings below apply unless the flag is given on the command line: eve
 flag (training_flags.py) is accepted and forwarded to the workers of every run.
 """
 
+import glob
 import json
 import os
 import tempfile
@@ -70,6 +72,12 @@ flags.DEFINE_list("runs", ["cartpole", "pong"], f"Any of {', '.join(RUNS)}.")
 flags.DEFINE_bool("quick", False, f"Pong trains {RUNS['pong']['quick_frames']:,} frames only.")
 flags.DEFINE_integer("actors", 2, "Actors of the one learner.")
 flags.DEFINE_string("output_dir", "/tmp/impala_bench_learning", "CSV, PNG and the workers' logs.")
+flags.DEFINE_bool(
+    "resume",
+    False,
+    "Continue each run's newest run directory in --output_dir from its last checkpoint (e.g. "
+    "after the machine rebooted mid-run) instead of starting a fresh one.",
+)
 FLAGS = flags.FLAGS
 
 
@@ -130,9 +138,17 @@ def plot(points, title, target, path):
     plt.close(figure)
 
 
+def newest_run_dir(name):
+    """The most recently started `<name>_*` run directory in --output_dir, or None."""
+    run_dirs = glob.glob(os.path.join(FLAGS.output_dir, f"{name}_*", "logdir"))
+    return os.path.dirname(max(run_dirs, key=os.path.getctime)) if run_dirs else None
+
+
 def benchmark(name):
     settings = run_settings(name)
-    run_dir = tempfile.mkdtemp(prefix=f"{name}_", dir=FLAGS.output_dir)  # fresh: no resume
+    run_dir = newest_run_dir(name) if FLAGS.resume else None
+    if run_dir is None:
+        run_dir = tempfile.mkdtemp(prefix=f"{name}_", dir=FLAGS.output_dir)
     load_average = cluster.wait_for_quiet_machine()
     wall_secs, logdir = train(run_dir, settings)
     level_name = setting(settings, "level_name")

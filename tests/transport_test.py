@@ -18,19 +18,25 @@ UNROLL_SPEC = transport.UnrollSpec(
 PARAMETER_SPECS = [((2, 3), tf.float32), ((4,), tf.float32)]
 
 
-@pytest.fixture(scope="module")
-def learner_and_actor():
+def start_learner_and_actor():
+    """(learner, actor): Transports of one worker set on new loopback servers, queue of 8."""
     learner_port, actor_port = free_ports(2)
     spec = transport.cluster_spec(f"127.0.0.1:{learner_port}", [f"127.0.0.1:{actor_port}"])
     servers = [transport.start_server(spec, "learner", 0), transport.start_server(spec, "actor", 0)]
     learner = transport.Transport(servers[0], "learner", 0, PARAMETER_SPECS, UNROLL_SPEC, 8)
     actor = transport.Transport(servers[1], "actor", 0, PARAMETER_SPECS, UNROLL_SPEC, 8)
+    return learner, actor
+
+
+@pytest.fixture(scope="module")
+def learner_and_actor():
+    learner, actor = start_learner_and_actor()
     yield learner, actor
     learner.session.close()
     actor.session.close()
 
 
-def _unrolls(n, offset):
+def unrolls(n, offset):
     observation = (np.arange(n * 12).reshape(n, 3, 2, 2) + offset).astype(np.uint8)
     reward = np.arange(n * 3, dtype=np.float32).reshape(n, 3) + offset
     return Element(observation, reward)
@@ -49,7 +55,7 @@ def test_parameters_and_unrolls_cross_between_processes_roles(learner_and_actor)
     for want, got in zip(published, pulled, strict=True):
         np.testing.assert_array_equal(got, want)
 
-    first, second = _unrolls(3, 0), _unrolls(2, 100)
+    first, second = unrolls(3, 0), unrolls(2, 100)
     actor.enqueue(UNROLL_SPEC.flatten(first))
     actor.enqueue(UNROLL_SPEC.flatten(second))
     assert learner.queue_size() == 5
@@ -88,3 +94,37 @@ def test_port_in_use_is_reported_before_the_server_aborts():
             transport.AddressError, match=rf"port {port} of 127.0.0.1:{port} is in use"
         ):
             transport.start_server(spec, "learner", 0)
+
+
+class _DeliveredTwice:
+    """Wraps a real session: its next `failures` run() calls fail as TF fails a gRPC request
+    that arrived twice (which heavy load causes), then it runs everything normally."""
+
+    def __init__(self, session, failures):
+        self._session = session
+        self.failures = failures
+
+    def run(self, fetches, feed_dict=None):
+        if self.failures:
+            self.failures -= 1
+            raise tf.errors.AbortedError(
+                None, None, "The same RunGraph (Worker) request was received twice."
+            )
+        return self._session.run(fetches, feed_dict)
+
+
+def test_learner_retries_a_request_the_server_saw_twice(learner_and_actor):
+    learner, _ = learner_and_actor
+    session = learner.session
+    learner.initialize()
+    try:
+        learner.session = _DeliveredTwice(session, failures=transport._ABORTED_ATTEMPTS - 1)
+        version = learner.publish([np.zeros((2, 3), np.float32), np.zeros(4, np.float32)])
+        assert version == int(session.run(learner._version))
+        assert learner.session.failures == 0
+
+        learner.session = _DeliveredTwice(session, failures=transport._ABORTED_ATTEMPTS)
+        with pytest.raises(tf.errors.AbortedError, match="received twice"):
+            learner.queue_size()  # bounded: the last attempt's error is raised
+    finally:
+        learner.session = session

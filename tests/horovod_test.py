@@ -73,8 +73,12 @@ def test_two_learners_learn_cartpole_with_identical_weights(start, spawn, tmp_pa
     # 8 unrolls per learner: each averaged step sees 16, as the single-learner test's steps do.
     # With 16 per learner and 300K frames it fell short once; with 0.003 as the single-learner
     # test, two learners' policy collapsed twice in a run: the default rate, more frames.
-    flags = [*CARTPOLE, "--batch_size=8", f"--logdir={logdir}"]
-    flags.append("--total_environment_frames=600000")
+    flags = [
+        *CARTPOLE,
+        "--batch_size=8",
+        f"--logdir={logdir}",
+        "--total_environment_frames=600000",
+    ]
     learners, actors, _ = start_two_worker_sets(start, spawn, flags)
     assert learners.wait(timeout=900) == 0, learners.log()[-4000:]
     for actor in actors:

@@ -46,17 +46,19 @@ class Actor:
     """Acts for one worker set.
 
     Args:
-      config: the parsed flags.
+      config: config.Config.
       agent: the actor's local agent, variables created.
       transport: transport.Transport, actor side.
       env: vectorised environment of N envs (environments.create_vector_environment).
       name: for log lines, e.g. "actor 1 (127.0.0.1:9002)".
+      learner_host: HOST:PORT of this worker set's learner.
     """
 
     _LOG_EVERY_SECS = 10
 
-    def __init__(self, config, agent, transport, env, name):
+    def __init__(self, config, agent, transport, env, name, learner_host):
         self._config = config
+        self._learner_host = learner_host
         self._agent = agent
         self._transport = transport
         self._env = env
@@ -69,7 +71,7 @@ class Actor:
         last_log = -float("inf")
         while True:
             problem = "not listening"
-            if transport.is_listening(self._config.learner_host):
+            if transport.is_listening(self._learner_host):
                 try:
                     return self._transport.pull_parameters()
                 except _LEARNER_UNAVAILABLE as e:
@@ -78,14 +80,14 @@ class Actor:
             waited = time.monotonic() - start
             if waited > self._config.learner_wait_secs:
                 raise LearnerUnreachableError(
-                    f"{self._name}: learner {self._config.learner_host} not reachable/"
+                    f"{self._name}: learner {self._learner_host} not reachable/"
                     f"initialised after {waited:.0f} s (--learner_wait_secs): {problem}"
                 )
             if time.monotonic() - last_log >= self._LOG_EVERY_SECS:
                 logging.info(
                     "%s: waiting for learner %s (%s, %.0f s so far)",
                     self._name,
-                    self._config.learner_host,
+                    self._learner_host,
                     problem,
                     waited,
                 )
@@ -107,7 +109,7 @@ class Actor:
         )
         core_state = self._agent.initial_state(num_envs)
         parameters, version = self._wait_for_learner()
-        logging.info("%s: connected to learner %s", self._name, self._config.learner_host)
+        logging.info("%s: connected to learner %s", self._name, self._learner_host)
         unrolls_sent, last_log, steps_at_log = 0, time.monotonic(), 0
         while True:
             self._load(parameters)
@@ -126,7 +128,7 @@ class Actor:
                 parameter_version=np.full([num_envs], version, np.int64),
             )
             try:
-                self._transport.enqueue(self._transport.unroll_spec.flatten(unroll))
+                self._transport.enqueue(tf.nest.flatten(unroll))
                 parameters, version = self._transport.pull_parameters()
             except _LEARNER_FINISHED:
                 logging.info("%s: learner finished training; exiting", self._name)
@@ -135,7 +137,7 @@ class Actor:
                 logging.warning(
                     "%s: lost learner %s (%s); reconnecting",
                     self._name,
-                    self._config.learner_host,
+                    self._learner_host,
                     type(e).__name__,
                 )
                 if self._learner_finished():

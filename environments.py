@@ -19,6 +19,7 @@ uses and `AtariEnvironment` reimplements frame by frame in Python):
 """
 
 import collections
+import dataclasses
 import re
 
 import ale_py
@@ -26,6 +27,8 @@ import cv2
 import gymnasium as gym
 import numpy as np
 from ale_py.vector_env import AtariVectorEnv
+
+import pixel_games  # noqa: F401 - registers PixelBandit-v0 with Gymnasium.
 
 gym.register_envs(ale_py)
 
@@ -54,6 +57,33 @@ MAX_FRAMES_PER_GAME = 108_000
 # Classic gym Atari ids; the suffix only names the game: this module's arguments decide frame
 # skipping and sticky actions.
 _CLASSIC_ATARI_ID = re.compile(r"(?P<game>[A-Za-z]+?)(?:NoFrameskip|Deterministic)?-v[04]")
+
+
+@dataclasses.dataclass(frozen=True)
+class AtariSettings:
+    """How an Atari game is played and preprocessed (both Atari classes take one).
+
+    level_name: an Atari level (see `atari_id`). is_test: no episodic life (a `done` is a game
+    over), for evaluation. width, height: of the preprocessed frames. sticky_actions:
+    repeat_action_probability 0.25. noop_max: a real reset waits up to this many no-op frames
+    (0: none, which makes a game's start deterministic).
+    """
+
+    level_name: str
+    is_test: bool = False
+    width: int = 84
+    height: int = 84
+    sticky_actions: bool = False
+    noop_max: int = NOOP_MAX
+
+    @property
+    def repeat_action_probability(self):
+        return 0.25 if self.sticky_actions else 0.0
+
+    @property
+    def frame_shape(self):
+        """Shape of one preprocessed observation: [height, width, FRAME_STACK]."""
+        return (self.height, self.width, FRAME_STACK)
 
 
 class UnknownEnvironmentError(ValueError):
@@ -162,26 +192,17 @@ class GymEnvironment(_SingleEnvironment):
 class AtariEnvironment(_SingleEnvironment):
     """One Atari game with the preprocessing described in the module docstring.
 
-    Observations: uint8 [height, width, 4], oldest frame first. `noop_max`: a real reset waits
-    1..noop_max no-op frames after FIRE (0: none, which makes a game's start deterministic).
-    ale-py 0.12's C++ env draws 0..noop_max-1 instead and counts the FIRE frame among them:
-    nearly the same spread of start states, not the same random stream.
+    Observations: uint8 [height, width, 4], oldest frame first. A real reset waits
+    1..settings.noop_max no-op frames after FIRE. ale-py 0.12's C++ env draws 0..noop_max-1
+    instead and counts the FIRE frame among them: nearly the same spread of start states, not
+    the same random stream.
     """
 
-    def __init__(
-        self,
-        level_name,
-        seed,
-        is_test=False,
-        width=84,
-        height=84,
-        sticky_actions=False,
-        noop_max=NOOP_MAX,
-    ):
+    def __init__(self, settings, seed):
         self._env = gym.make(
-            atari_id(level_name),
+            atari_id(settings.level_name),
             frameskip=1,
-            repeat_action_probability=0.25 if sticky_actions else 0.0,
+            repeat_action_probability=settings.repeat_action_probability,
             full_action_space=False,
             obs_type="grayscale",
             max_num_frames_per_episode=None,  # Counted here, from the end of the reset.
@@ -189,11 +210,11 @@ class AtariEnvironment(_SingleEnvironment):
         self._ale = self._env.unwrapped.ale
         self._action_set = self._ale.getMinimalActionSet()
         self._fire_on_reset = "FIRE" in self._env.unwrapped.get_action_meanings()
-        self._episodic_life = not is_test
-        self._noop_max = noop_max
-        self._size = (width, height)
+        self._episodic_life = not settings.is_test
+        self._noop_max = settings.noop_max
+        self._size = (settings.width, settings.height)
         self.num_actions = len(self._action_set)
-        self.observation_spec = ((height, width, FRAME_STACK), np.dtype(np.uint8))
+        self.observation_spec = (settings.frame_shape, np.dtype(np.uint8))
         self._seed = seed
         self._rng = np.random.default_rng(seed)
         self._last_two_frames = np.zeros((2, *self._ale.getScreenDims()), np.uint8)
@@ -281,36 +302,26 @@ class AtariVectorEnvironment:
     which would reset the game on a life loss; lives are followed here instead.
     """
 
-    def __init__(
-        self,
-        level_name,
-        num_envs,
-        seed,
-        is_test=False,
-        width=84,
-        height=84,
-        sticky_actions=False,
-        noop_max=NOOP_MAX,
-    ):
+    def __init__(self, settings, num_envs, seed):
         self._env = AtariVectorEnv(
-            gym.spec(atari_id(level_name)).kwargs["game"],
+            gym.spec(atari_id(settings.level_name)).kwargs["game"],
             num_envs,
             autoreset_mode="SameStep",
             max_num_frames_per_episode=MAX_FRAMES_PER_GAME,
-            repeat_action_probability=0.25 if sticky_actions else 0.0,
-            img_height=height,
-            img_width=width,
+            repeat_action_probability=settings.repeat_action_probability,
+            img_height=settings.height,
+            img_width=settings.width,
             stack_num=FRAME_STACK,
             frameskip=ACTION_REPEAT,
-            noop_max=noop_max,
+            noop_max=settings.noop_max,
             episodic_life=False,
             reward_clipping=False,
         )
-        self._episodic_life = not is_test
+        self._episodic_life = not settings.is_test
         self._seed = seed
         self.num_envs = num_envs
         self.num_actions = int(self._env.single_action_space.n)
-        self.observation_spec = ((height, width, FRAME_STACK), np.dtype(np.uint8))
+        self.observation_spec = (settings.frame_shape, np.dtype(np.uint8))
         self._statistics = _GameStatistics((num_envs,))
 
     def initial(self):
@@ -351,7 +362,9 @@ def create_environment(level_name, seed, is_test=False, width=84, height=84, sti
     is_test: Atari without episodic life (a `done` is a game over), for evaluation.
     """
     if atari_id(level_name):
-        return AtariEnvironment(level_name, seed, is_test, width, height, sticky_actions)
+        return AtariEnvironment(
+            AtariSettings(level_name, is_test, width, height, sticky_actions), seed
+        )
     if level_name in gym.registry:
         return GymEnvironment(level_name, seed)
     raise _unknown_level_error(level_name)
@@ -363,7 +376,7 @@ def create_vector_environment(
     """num_envs environments with seeds seed + i, stepped together: StepOutputs of [B] arrays."""
     if atari_id(level_name):
         return AtariVectorEnvironment(
-            level_name, num_envs, seed, is_test, width, height, sticky_actions
+            AtariSettings(level_name, is_test, width, height, sticky_actions), num_envs, seed
         )
     return BatchedEnvironment(
         [create_environment(level_name, seed + i, is_test) for i in range(num_envs)]

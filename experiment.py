@@ -8,7 +8,8 @@
   Evaluation of the latest checkpoint in --logdir:
     python experiment.py --mode=test --level_name=... --agent_name=... --logdir=...
 
-Training flags (training_flags.py) keep the original IMPALA/Horovod scripts' names.
+The training flags are the fields of config.Config (defined there, documented once); they keep
+the original IMPALA/Horovod scripts' names. This module parses them once and passes the Config.
 """
 
 import os
@@ -23,13 +24,15 @@ from absl import app, flags, logging
 
 import agents
 import checkpointing
+import config as config_lib
 import environments
-import training_flags  # noqa: F401 - defines the training flags.
+import replay
 import transport
 import unrolls
 from actor import Actor, LearnerUnreachableError, actor_seed, create_env
 
 FLAGS = flags.FLAGS
+config_lib.define_flags(FLAGS)
 flags.DEFINE_enum("job_name", "learner", ["learner", "actor"], "Role of this process.")
 flags.DEFINE_integer("task", 0, "Task index within the job (actor j of this worker set).")
 flags.DEFINE_string("learner_host", "localhost:8000", "HOST:PORT of this worker set's learner.")
@@ -41,18 +44,18 @@ class UsageError(ValueError):
     """Bad flags: reported as one line naming the culprit."""
 
 
-def build_agent(level_name, agent_name, config):
-    """Creates the env's spec and the agent with its variables built.
+def build_agent(config):
+    """Creates the env's spec and the agent of `config` (config.Config) with its variables.
 
     Returns:
       (agent, observation_spec (shape, dtype), num_actions, frames per agent step).
     """
     env = environments.create_environment(
-        level_name, seed=0, width=config.width, height=config.height
+        config.level_name, seed=0, width=config.width, height=config.height
     )
     observation_spec, num_actions = env.observation_spec, env.num_actions
     env.close()
-    agent = agents.agent_factory(agent_name)(num_actions)
+    agent = agents.agent_factory(config.agent_name)(num_actions, config.initialization)
     shape, dtype = observation_spec
     dummy = environments.StepOutput(
         reward=tf.zeros([1], tf.float32),
@@ -63,10 +66,16 @@ def build_agent(level_name, agent_name, config):
         observation=tf.zeros([1, *shape], dtype),
     )
     agent(tf.zeros([1], tf.int32), dummy, agent.initial_state(1))  # creates the variables
-    return agent, observation_spec, num_actions, environments.action_repeat(level_name)
+    return agent, observation_spec, num_actions, environments.action_repeat(config.level_name)
 
 
-def _cluster_transport(agent, observation_spec, num_actions):
+def _unroll_spec(config, agent, observation_spec, num_actions):
+    return transport.UnrollSpec(
+        unrolls.unroll_structure(agent, observation_spec, num_actions, config.unroll_length)
+    )
+
+
+def _cluster_transport(config, agent, observation_spec, num_actions):
     """Validates the cluster flags, starts this process's server and the shared transport."""
     if FLAGS.job_name == "actor" and not 0 <= FLAGS.task < len(FLAGS.actor_hosts):
         raise UsageError(
@@ -76,65 +85,65 @@ def _cluster_transport(agent, observation_spec, num_actions):
         raise UsageError(f"--task={FLAGS.task}: a worker set has one learner, task 0")
     spec = transport.cluster_spec(FLAGS.learner_host, FLAGS.actor_hosts)
     server = transport.start_server(spec, FLAGS.job_name, FLAGS.task)
-    unroll_spec = transport.UnrollSpec(
-        unrolls.unroll_structure(agent, observation_spec, num_actions, FLAGS.unroll_length)
-    )
+    unroll_spec = _unroll_spec(config, agent, observation_spec, num_actions)
     parameter_specs = [(v.shape, v.dtype) for v in agent.trainable_variables]
     return transport.Transport(
-        server, FLAGS.job_name, FLAGS.task, parameter_specs, unroll_spec, FLAGS.queue_capacity
+        server, FLAGS.job_name, FLAGS.task, parameter_specs, unroll_spec, config.queue_capacity
     )
 
 
-def train_learner():
+def train_learner(config):
     import horovod.tensorflow as hvd  # Actors and evaluation never need MPI.
 
     from learner import Learner
 
     hvd.init()
-    agent, observation_spec, num_actions, frames_per_step = build_agent(
-        FLAGS.level_name, FLAGS.agent_name, FLAGS
+    agent, observation_spec, num_actions, frames_per_step = build_agent(config)
+    # Refused before this learner serves anything: a replay memory the host cannot hold.
+    replay.check_fits(
+        config.replay_size, _unroll_spec(config, agent, observation_spec, num_actions)
     )
-    tf.random.set_seed(FLAGS.seed + hvd.rank())
-    link = _cluster_transport(agent, observation_spec, num_actions)
-    return Learner(FLAGS, hvd, agent, link, frames_per_step).run()
+    tf.random.set_seed(config.seed + hvd.rank())
+    link = _cluster_transport(config, agent, observation_spec, num_actions)
+    return Learner(config, hvd, agent, link, frames_per_step, FLAGS.actor_hosts).run()
 
 
-def train_actor():
+def train_actor(config):
     own_address = FLAGS.actor_hosts[FLAGS.task] if FLAGS.task < len(FLAGS.actor_hosts) else ""
-    tf.random.set_seed(actor_seed(FLAGS.seed, own_address))
-    agent, observation_spec, num_actions, _ = build_agent(FLAGS.level_name, FLAGS.agent_name, FLAGS)
-    link = _cluster_transport(agent, observation_spec, num_actions)
-    env = create_env(FLAGS, own_address)
+    tf.random.set_seed(actor_seed(config.seed, own_address))
+    agent, observation_spec, num_actions, _ = build_agent(config)
+    link = _cluster_transport(config, agent, observation_spec, num_actions)
+    env = create_env(config, own_address)
     name = f"actor {FLAGS.task} ({own_address})"
     try:
-        return Actor(FLAGS, agent, link, env, name).run()
+        return Actor(config, agent, link, env, name, FLAGS.learner_host).run()
     finally:
         env.close()
 
 
-def evaluate():
+def evaluate(config):
     """Plays --test_num_episodes full games with the latest checkpoint; prints the returns."""
-    agent, _, _, _ = build_agent(FLAGS.level_name, FLAGS.agent_name, FLAGS)
-    path = checkpointing.restore_for_evaluation(FLAGS.logdir, agent=agent)
-    logging.info("evaluating %s (%s actions)", path, FLAGS.test_action_selection)
+    agent, _, _, _ = build_agent(config)
+    path = checkpointing.restore_for_evaluation(config.logdir, agent=agent)
+    logging.info("evaluating %s (%s actions)", path, config.test_action_selection)
     env = environments.create_vector_environment(
-        FLAGS.level_name,
+        config.level_name,
         num_envs=1,
-        seed=FLAGS.seed,
+        seed=config.seed,
         is_test=True,
-        width=FLAGS.width,
-        height=FLAGS.height,
-        sticky_actions=FLAGS.sticky_actions,
+        width=config.width,
+        height=config.height,
+        sticky_actions=config.sticky_actions,
     )
     act = tf.function(agent.__call__)
-    tf.random.set_seed(FLAGS.seed)
+    tf.random.set_seed(config.seed)
     returns = []
     env_output = env.initial()
     last_action = np.zeros([1], np.int32)
     core_state = agent.initial_state(1)
-    while len(returns) < FLAGS.test_num_episodes:
+    while len(returns) < config.test_num_episodes:
         agent_output, core_state = act(last_action, env_output, core_state)
-        if FLAGS.test_action_selection == "greedy":
+        if config.test_action_selection == "greedy":
             last_action = np.argmax(agent_output.policy_logits.numpy(), axis=-1).astype(np.int32)
         else:
             last_action = agent_output.action.numpy()
@@ -153,12 +162,13 @@ def evaluate():
 
 def main(argv):
     del argv
+    config = config_lib.from_flags(FLAGS)
     try:
         if FLAGS.mode == "test":
-            return evaluate()
+            return evaluate(config)
         if FLAGS.job_name == "learner":
-            return train_learner()
-        return train_actor()
+            return train_learner(config)
+        return train_actor(config)
     except (
         UsageError,
         transport.AddressError,
@@ -166,6 +176,7 @@ def main(argv):
         environments.UnknownEnvironmentError,
         checkpointing.CheckpointError,
         LearnerUnreachableError,
+        replay.ReplayTooLargeError,
     ) as e:
         print(f"experiment.py ({FLAGS.job_name} {FLAGS.task}): error: {e}", file=sys.stderr)
         return 2

@@ -3,16 +3,19 @@
 No command is typed into a shell: every worker gets a script under the run's launch directory,
 LOGDIR/launch/, and is started by running that script:
 
-    actor-I-J.sh / .log   actor J of worker set I (its --task is J)
+    actor-I-J.sh / .log   actor J of worker set I (its --task is J); a remote actor also
+                          leaves actor-I-J.status, its exit status, when it ends
     learner-I.sh / .log   the learner of worker set I, rank I of the one mpirun
     learners.sh / mpirun.log   that mpirun, started in the tmux window 'learners'
 
 A remote worker's files live at the same path on its own host. Every script `exec`s its worker,
 so the worker keeps the script's PID and process group: killing a tmux window (SIGHUP to the
 pane's process group; mpirun passes it on to its ranks) or the recorded process group of a remote
-worker stops the worker itself, with no orphan left behind.
+worker stops the worker itself, with no orphan left behind. Dead workers can be started again
+the same way (`respawn_window`, `start_remote`), which is how the supervisor restarts them.
 """
 
+import collections
 import contextlib
 import dataclasses
 import io
@@ -49,6 +52,11 @@ class Launch:
     def to_terminal(self):
         """Whether its output also goes to a terminal: a tmux window, or mpirun's (a learner)."""
         return not (self.is_remote and self.worker.job == "actor")
+
+    @property
+    def status_path(self):
+        """Where a remote worker's exit status goes when it ends (see start_remote)."""
+        return posixpath.splitext(self.log_path)[0] + ".status"
 
     @property
     def command(self):
@@ -192,6 +200,25 @@ def open_window(server, session_name, launch):
         raise RuntimeError(f"tmux {' '.join(create[:-1])}: {' '.join(result.stderr)}")
 
 
+def respawn_window(server, session_name, launch):
+    """Runs `launch`'s script again in its (dead) window; reopens the window if it was closed.
+
+    Never creates the session: if it is gone (the run was stopped), this raises RuntimeError
+    rather than start a worker nobody would stop.
+    """
+    session = server.sessions.get(session_name=session_name, default=None)
+    if session is None:
+        raise RuntimeError(f"tmux session {session_name!r} is gone")
+    if session.windows.get(window_name=launch.name, default=None) is None:
+        open_window(server, session_name, launch)
+        return
+    command = f"exec bash {shlex.quote(launch.script_path)}"
+    # -k: kill whatever still runs in the pane. The window keeps remain-on-exit.
+    result = server.cmd("respawn-window", "-k", "-t", f"{session_name}:{launch.name}", command)
+    if result.stderr:
+        raise RuntimeError(f"tmux respawn-window {launch.name}: {' '.join(result.stderr)}")
+
+
 def window_exit_status(server, session_name, window_name):
     """None while the window's process runs, else its exit status (or -signal if killed)."""
     session = server.sessions.get(session_name=session_name)
@@ -206,6 +233,26 @@ def window_exit_status(server, session_name, window_name):
     if pane.pane_dead_signal:
         return -int(pane.pane_dead_signal)
     return int(pane.pane_dead_status or 0)
+
+
+def wait_for_log(log_path, timeout):
+    """Waits (at most `timeout` s) for the `tee` of an ended local worker to finish its log.
+
+    A local worker's output reaches its log through `tee` (see Launch.script), which can still
+    be copying the worker's last lines when the worker's death is seen.
+    """
+    tees = []
+    for process in psutil.process_iter(["name", "cmdline"]):
+        if process.info["name"] == "tee" and (process.info["cmdline"] or [])[-1:] == [log_path]:
+            tees.append(process)
+    psutil.wait_procs(tees, timeout=timeout)
+
+
+def local_tail(log_path, lines=15, timeout=5):
+    """The last `lines` lines of an ended local worker's log (once its `tee` is done)."""
+    wait_for_log(log_path, timeout)
+    with open(log_path, errors="replace") as f:
+        return "".join(collections.deque(f, lines))
 
 
 def stop_tmux_session(server, session_name, timeout):
@@ -336,16 +383,53 @@ def start_remote(client, launch, timeout):
     """Uploads the script and starts it detached in a new session; returns its PID.
 
     setsid makes the worker the leader of its own session and process group (PGID = PID), so it
-    outlives the SSH connection and --stop can kill the whole group.
+    outlives the SSH connection and --stop can kill the whole group. A small bash parent (in a
+    session of its own too) waits for the worker and writes its exit status (128 + N if signal N
+    killed it) to `launch.status_path`, for `remote_exit_status`.
     """
     upload_script(client, launch, timeout)
     script, log = shlex.quote(launch.script_path), shlex.quote(launch.log_path)
-    command = f"setsid bash {script} </dev/null >>{log} 2>&1 & echo $!"
+    status = shlex.quote(launch.status_path)
+    # fd 3 carries the worker's PID back to this SSH command and is closed everywhere else, so
+    # the command's output ends as soon as the PID is out.
+    parent = (
+        f"setsid bash {script} 3>&- </dev/null >>{log} 2>&1 & echo $! >&3; exec 3>&-; "
+        f"wait $!; echo $? >{status}.tmp; mv -f {status}.tmp {status}"
+    )
+    command = (
+        f"rm -f {status}; setsid bash -c {shlex.quote(parent)} 3>&1 </dev/null >/dev/null 2>&1 &"
+    )
     return int(_check(ssh_run(client, command, timeout), f"starting {launch.script_path}"))
 
 
 def remote_alive(client, pid, timeout):
     return ssh_run(client, f"kill -0 {pid}", timeout)[0] == 0
+
+
+def remote_exit_status(client, pid, run_id, status_path, timeout):
+    """None while this run's worker `pid` (started by start_remote) runs; else how it ended.
+
+    Returns its exit status, or -N if signal N killed it (as window_exit_status does), or the
+    string 'exited (exit status unknown)' when nothing recorded it (its waiting parent was killed
+    too, or the host restarted). A PID now used by another process (no IMPALA_RUN_ID=run_id in
+    its environment) counts as ended.
+    """
+    marker = shlex.quote(f"{RUN_ID_VARIABLE}={run_id}")
+    status = shlex.quote(status_path)
+    command = (
+        f"if tr '\\0' '\\n' </proc/{pid}/environ 2>/dev/null | grep -qxF {marker}; then "
+        "echo running; exit 0; fi; "
+        # The parent writes the status a moment after the worker ends: wait for it (2 s at most).
+        f"for i in $(seq 20); do [ -e {status} ] && {{ cat {status}; exit 0; }}; sleep 0.1; done; "
+        "echo unknown"
+    )
+    out = _check(ssh_run(client, command, timeout), f"checking PID {pid}").strip()
+    if out == "running":
+        return None
+    if out.isdigit():
+        code = int(out)
+        return -(code - 128) if code > 128 else code
+    return "exited (exit status unknown)"
 
 
 def remote_tail(client, path, timeout, lines=15):

@@ -18,25 +18,25 @@ that pull and the learner's update on the unroll lie at most: the unrolls ahead 
 queue (--queue_capacity), one prefetched batch, and the batch being trained on. The log line
 and the `policy_lag` summary give the measured lag in learner steps.
 
-Rank 0 alone writes checkpoints and TensorBoard summaries; every rank logs its own throughput.
+Rank 0 alone writes checkpoints, logs progress and writes TensorBoard summaries (progress.py).
+The step itself (loss, gradients, optimizer) is train_step.py; the prefetch thread prefetch.py.
 """
 
 import collections
+import functools
 import hashlib
-import queue
 import signal
-import threading
 import time
 
 import numpy as np
-import sonnet as snt
 import tensorflow as tf
 from absl import logging
 
 import checkpointing
-import losses
-import unrolls
-import vtrace
+import progress
+import replay
+import train_step
+from prefetch import BatchPrefetcher
 
 # Exit codes of a learner that stopped before the frame budget.
 EXIT_STARVED = 3  # some learner got no batch from its actors for --batch_timeout_secs.
@@ -55,154 +55,21 @@ def parameter_digest(variables):
     return digest.hexdigest()[:16]
 
 
-class PrefetchError(RuntimeError):
-    """The thread that dequeues batches for the learner failed."""
-
-
-class BatchPrefetcher:
-    """Dequeues batches in a background thread so the train step never waits on the queue.
-
-    TF's dequeue releases the GIL, so the dequeue overlaps the train step. One batch is held
-    ready (queue.Queue(maxsize=1)); the thread ends when the TF queue is closed or on stop().
-    Any other error ends the thread too and is raised by the next get(), so that the learner
-    stops at once (with its final checkpoint) instead of starving for --batch_timeout_secs.
-    """
-
-    _POLL_MS = 500
-
-    def __init__(self, transport, batch_size):
-        self._transport = transport
-        self._batch_size = batch_size
-        self._ready = queue.Queue(maxsize=1)
-        self._stopping = threading.Event()
-        self._error = None
-        self._thread = threading.Thread(target=self._run, name="batch-prefetch", daemon=True)
-        self._thread.start()
-
-    def _run(self):
-        try:
-            self._prefetch()
-        except Exception as e:  # noqa: BLE001 - handed to the main thread by get().
-            self._error = e
-
-    def _prefetch(self):
-        while not self._stopping.is_set():
-            try:
-                batch = self._transport.dequeue(self._batch_size, self._POLL_MS)
-            except tf.errors.DeadlineExceededError:
-                continue
-            except (tf.errors.CancelledError, tf.errors.OutOfRangeError):
-                return  # the queue was closed: training is over.
-            while not self._stopping.is_set():
-                try:
-                    self._ready.put(batch, timeout=self._POLL_MS / 1000)
-                    break
-                except queue.Full:
-                    continue
-
-    def get(self, timeout_secs, should_stop):
-        """The next batch, or None after `timeout_secs` or as soon as should_stop() is true.
-
-        Raises PrefetchError if the prefetch thread failed.
-        """
-        deadline = time.monotonic() + timeout_secs
-        while not should_stop():
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                return None
-            try:
-                return self._ready.get(timeout=min(remaining, self._POLL_MS / 1000))
-            except queue.Empty:
-                if self._error is not None:
-                    raise PrefetchError(
-                        f"dequeuing batches from the unroll queue failed: {self._error!r}"
-                    ) from self._error
-        return None
-
-    def stop(self):
-        self._stopping.set()
-        self._thread.join(timeout=5)
-
-
-def vtrace_loss(agent, unroll, config):
-    """Total IMPALA loss of a time-major batch and its parts.
-
-    Args:
-      agent: the learner's agent.
-      unroll: Unroll with env_outputs/agent_outputs [T+1, B, ...], agent_state [B, ...].
-      config: the flags (discounting, reward_clipping, baseline_cost, entropy_cost).
-
-    Returns:
-      (total_loss, dict of scalar loss parts).
-    """
-    learner_outputs, _ = agent.unroll(
-        unroll.agent_outputs.action, unroll.env_outputs, unroll.agent_state
-    )
-    bootstrap_value = learner_outputs.baseline[-1]  # [B]
-    # Shift so that step t holds the action chosen on observation t and what it led to:
-    # agent_outputs[t + 1] was computed on env_outputs[t] and produced env_outputs[t + 1].
-    behaviour = tf.nest.map_structure(lambda t: t[1:], unroll.agent_outputs)
-    rewards = unroll.env_outputs.reward[1:]
-    done = unroll.env_outputs.done[1:]
-    learner_outputs = tf.nest.map_structure(lambda t: t[:-1], learner_outputs)
-
-    discounts = tf.cast(~done, tf.float32) * config.discounting  # [T, B]
-    vtrace_returns = vtrace.from_logits(
-        behaviour_policy_logits=behaviour.policy_logits,
-        target_policy_logits=learner_outputs.policy_logits,
-        actions=behaviour.action,
-        discounts=discounts,
-        rewards=losses.clip_rewards(rewards, config.reward_clipping),
-        values=learner_outputs.baseline,
-        bootstrap_value=bootstrap_value,
-    )
-    parts = {
-        "policy_gradient": losses.policy_gradient_loss(
-            learner_outputs.policy_logits, behaviour.action, vtrace_returns.pg_advantages
-        ),
-        "baseline": losses.baseline_loss(vtrace_returns.vs - learner_outputs.baseline),
-        "entropy": losses.entropy_loss(learner_outputs.policy_logits),
-    }
-    total = (
-        parts["policy_gradient"]
-        + config.baseline_cost * parts["baseline"]
-        + config.entropy_cost * parts["entropy"]
-    )
-    return total, parts
-
-
-def loss_gradients(agent, unroll, config, hvd):
-    """Gradients of the V-trace loss on this rank's batch, averaged over all Horovod ranks.
-
-    Args:
-      agent: the agent.
-      unroll: Unroll of batch-major [B, T+1, ...] tensors (as dequeued).
-      config: the flags of the loss (see vtrace_loss).
-      hvd: the initialised horovod.tensorflow module.
-
-    Returns:
-      (list of gradients, one per agent.trainable_variables; this rank's total loss; its parts).
-    """
-    with tf.GradientTape() as tape:
-        total, parts = vtrace_loss(agent, unrolls.to_time_major(unroll), config)
-    if hvd.size() > 1:
-        tape = hvd.DistributedGradientTape(tape)
-    return tape.gradient(total, agent.trainable_variables), total, parts
-
-
 class Learner:
     """Trains the agent of one worker set as one Horovod rank (see the module docstring).
 
     Args:
-      config: the parsed flags (training_flags plus experiment.py's role flags).
+      config: config.Config.
       hvd: the initialised `horovod.tensorflow` module.
       agent: the agent, variables already created.
       transport: transport.Transport of this worker set, learner side.
       frames_per_step: environment frames per agent step (the action repeat).
+      actor_hosts: this worker set's actors, named when they send nothing.
     """
 
-    def __init__(self, config, hvd, agent, transport, frames_per_step):
+    def __init__(self, config, hvd, agent, transport, frames_per_step, actor_hosts):
         self._config = config
+        self._actor_hosts = actor_hosts
         self._hvd = hvd
         self._agent = agent
         self._transport = transport
@@ -212,31 +79,25 @@ class Learner:
         self._stop_signal = None
 
         self._learning_rate = tf.Variable(config.learning_rate, trainable=False, dtype=tf.float32)
-        self._optimizer = snt.optimizers.RMSProp(
-            learning_rate=self._learning_rate,
-            decay=config.decay,
-            momentum=config.momentum,
-            epsilon=config.epsilon,
-        )
-        # Create the optimizer's state (a zero update on zero state changes nothing) so that
-        # restore and broadcast cover it from the first step.
-        variables = agent.trainable_variables
-        self._optimizer.apply([tf.zeros_like(v) for v in variables], variables)
+        self._optimizer = train_step.make_optimizer(config, self._learning_rate)
+        train_step.create_optimizer_state(self._optimizer, agent)
         self._frames = tf.Variable(0, dtype=tf.int64, trainable=False, name="environment_frames")
         self._checkpointer = checkpointing.Checkpointer(
             config.logdir, agent=agent, optimizer=self._optimizer, environment_frames=self._frames
         )
-        self._train_step = tf.function(self._train_step_impl)
-
-    def _train_step_impl(self, unroll):
-        gradients, total, parts = loss_gradients(self._agent, unroll, self._config, self._hvd)
-        gradient_norm = tf.linalg.global_norm(gradients)
-        if self._config.gradients_clipping > 0:
-            gradients, _ = tf.clip_by_global_norm(
-                gradients, self._config.gradients_clipping, use_norm=gradient_norm
+        self._train_step = tf.function(
+            functools.partial(train_step.train_step, agent, self._optimizer, config, hvd)
+        )
+        self._replay = None
+        if config.replay_size:
+            self._replay = replay.UnrollReplay(
+                transport.unroll_spec,
+                config.replay_size,
+                config.replay_prioritized,
+                config.replay_alpha,
+                config.replay_beta,
             )
-        self._optimizer.apply(gradients, self._agent.trainable_variables)
-        return dict(parts, total=total, gradient_norm=gradient_norm)
+        self._num_replayed = round(config.batch_size * config.replay_ratio)
 
     def _request_stop(self, signum, _frame):
         self._stop_signal = signal.Signals(signum).name
@@ -282,13 +143,8 @@ class Learner:
         config = self._config
         self._start()
         prefetcher = BatchPrefetcher(self._transport, config.batch_size)
-        progress = _ProgressLog(
-            config,
-            self._log_prefix,
-            self._is_chief,
-            self._frames,
-            self._learning_rate,
-            self._transport,
+        progress_log = progress.ProgressLog(
+            config, self._is_chief, self._frames, self._learning_rate, self._transport, self._replay
         )
         reason, exit_code, steps, own_frames = "frame budget reached", 0, 0, 0
         try:
@@ -296,7 +152,7 @@ class Learner:
                 # Actors take a while to start: until the first batch, wait as long as they
                 # wait for the learner.
                 timeout_flag = "batch_timeout_secs" if steps else "learner_wait_secs"
-                timeout = getattr(config, timeout_flag)
+                timeout = config.batch_timeout_secs if steps else config.learner_wait_secs
                 batch = prefetcher.get(timeout, lambda: self._stop_signal)
                 unroll = self._transport.unroll_spec.pack(batch) if batch is not None else None
                 local_status = self._local_status(unroll)
@@ -309,17 +165,25 @@ class Learner:
                     exit_code = self._report_starvation(unroll is None, timeout, timeout_flag)
                     break
                 self._update_learning_rate()
-                outputs = self._train_step(unroll)
+                train_batch, weights, replayed_indexes = self._with_replay(batch)
+                outputs, priorities = self._train_step(
+                    self._transport.unroll_spec.pack(train_batch), weights
+                )
+                if replayed_indexes is not None:
+                    replayed_priorities = priorities.numpy()[config.batch_size :]
+                    self._replay.update_priorities(replayed_indexes, replayed_priorities)
                 self._frames.assign_add(int(status.frames))
                 steps, own_frames = steps + 1, own_frames + local_status[0]
-                progress.step(unroll, outputs, status, local_status[0], self._publish())
+                progress_log.step(
+                    unroll, outputs, status.episodes, status.episode_return_sum, self._publish()
+                )
                 if self._is_chief:
                     self._checkpointer.save_if_due(config.checkpoint_secs)
         finally:
             prefetcher.stop()
             if self._is_chief:
                 self._checkpointer.save()
-            progress.close()
+            progress_log.close()
         logging.info(
             "%s stopped at %d environment frames (%s); this learner trained on %d frames in "
             "%d steps; parameter digest %s",
@@ -335,6 +199,26 @@ class Learner:
         # of waiting for a learner that is gone (after a crash they wait for its restart).
         time.sleep(_FINISH_GRACE_SECS)
         return exit_code
+
+    def _with_replay(self, batch):
+        """The train batch for the dequeued `batch` (flat list of [B, ...] arrays).
+
+        Without replay: (batch, weights of 1, None). With replay: stores `batch` in the memory,
+        then (once it holds enough) appends R replayed unrolls: ([B + R, ...] arrays, weights
+        [B + R]: 1 for the on-policy unrolls, the importance weights for the replayed ones,
+        the replayed unrolls' indexes in the memory (None for uniform replay)).
+        """
+        ones = np.ones(self._config.batch_size, np.float32)
+        if self._replay is None:
+            return batch, ones, None
+        self._replay.add(batch)
+        if self._replay.size < replay.start_size(self._config.replay_size, self._num_replayed):
+            return batch, ones, None
+        progress = float(self._frames.numpy()) / self._config.total_environment_frames
+        beta = self._config.replay_beta + (1 - self._config.replay_beta) * min(1.0, progress)
+        replayed, indexes, weights = self._replay.sample(self._num_replayed, beta)
+        mixed = [np.concatenate([a, b]) for a, b in zip(batch, replayed, strict=True)]
+        return mixed, np.concatenate([ones, weights]), indexes
 
     def _local_status(self, unroll):
         if unroll is None:
@@ -359,7 +243,7 @@ class Learner:
                 "Stopping all learners.",
                 self._log_prefix,
                 self._config.batch_size,
-                ",".join(self._config.actor_hosts),
+                ",".join(self._actor_hosts),
                 timeout_secs,
                 flag,
             )
@@ -372,115 +256,3 @@ class Learner:
                 flag,
             )
         return EXIT_STARVED
-
-
-class _ProgressLog:
-    """Log lines every --log_secs on every rank; TensorBoard summaries on rank 0.
-
-    Rank 0 writes one `<level>/episode_return` point per finished game of its own actors (as
-    scalable_agent does) and, per log interval, the mean return over all learners' games.
-    """
-
-    def __init__(self, config, log_prefix, is_chief, frames, learning_rate, transport):
-        self._config = config
-        self._log_prefix = log_prefix
-        self._frames = frames
-        self._learning_rate = learning_rate
-        self._transport = transport
-        self._writer = tf.summary.create_file_writer(config.logdir) if is_chief else None
-        self._last_time = time.monotonic()
-        self._last_frames = int(frames.numpy())
-        self._recent_returns = collections.deque(maxlen=100)  # this rank's actors' games
-        self._reset_interval()
-
-    def _reset_interval(self):
-        self._steps = 0
-        self._own_frames = 0
-        self._lag_sum = 0.0
-        self._loss_sums = collections.defaultdict(float)
-        self._global_episodes = 0.0
-        self._global_return_sum = 0.0
-
-    def step(self, unroll, outputs, status, own_frames, version):
-        """Accounts one train step: its batch, loss parts, allreduced status, the frames of
-        this rank's batch and the parameter version the step published."""
-        frames = int(self._frames.numpy())
-        info = unroll.env_outputs.info
-        game_over = info.game_over[:, 1:]
-        finished = info.episode_return[:, 1:][game_over].tolist()
-        self._recent_returns.extend(finished)
-        if self._writer is not None and finished:
-            with self._writer.as_default(step=frames):
-                for episode_return in finished:
-                    tf.summary.scalar(f"{self._config.level_name}/episode_return", episode_return)
-        self._global_episodes += status.episodes
-        self._global_return_sum += status.episode_return_sum
-        self._steps += 1
-        self._own_frames += own_frames
-        for name, value in outputs.items():
-            self._loss_sums[name] += float(value)
-        # Versions the batch was acted with vs. the version the step before this one produced.
-        self._lag_sum += float(np.mean(version - 1 - unroll.parameter_version))
-        if time.monotonic() - self._last_time >= self._config.log_secs:
-            self.flush()
-
-    def flush(self):
-        if not self._steps:
-            return
-        now = time.monotonic()
-        frames = int(self._frames.numpy())
-        elapsed = now - self._last_time
-        fps = (frames - self._last_frames) / elapsed
-        means = {name: total / self._steps for name, total in self._loss_sums.items()}
-        lag = self._lag_sum / self._steps
-        own_return = np.mean(self._recent_returns) if self._recent_returns else float("nan")
-        all_return = (
-            self._global_return_sum / self._global_episodes
-            if self._global_episodes
-            else float("nan")
-        )
-        queue_size = self._transport.queue_size()
-        learning_rate = float(self._learning_rate.numpy())
-        logging.info(
-            "%s frames %d (%.1f%%) | %.0f frames/s (all learners), %.0f own | %.2f steps/s | "
-            "queue %d/%d | policy lag %.1f steps | loss %.3f (pg %.3f, baseline %.3f, "
-            "entropy %.3f) | grad norm %.2f | return %.2f (last %d own games), "
-            "%.2f (all learners, %d games this interval) | lr %.2e",
-            self._log_prefix,
-            frames,
-            100.0 * frames / self._config.total_environment_frames,
-            fps,
-            self._own_frames / elapsed,
-            self._steps / elapsed,
-            queue_size,
-            self._config.queue_capacity,
-            lag,
-            means["total"],
-            means["policy_gradient"],
-            means["baseline"],
-            means["entropy"],
-            means["gradient_norm"],
-            own_return,
-            len(self._recent_returns),
-            all_return,
-            int(self._global_episodes),
-            learning_rate,
-        )
-        if self._writer is not None:
-            with self._writer.as_default(step=frames):
-                for name, value in means.items():
-                    tf.summary.scalar(f"loss/{name}", value)
-                if self._global_episodes:
-                    tf.summary.scalar("all_learners/mean_episode_return", all_return)
-                tf.summary.scalar("frames_per_second", fps)
-                tf.summary.scalar("learning_rate", learning_rate)
-                tf.summary.scalar("policy_lag", lag)
-                tf.summary.scalar("queue_size", queue_size)
-            self._writer.flush()
-        self._last_time, self._last_frames = now, frames
-        self._reset_interval()
-
-    def close(self):
-        self.flush()
-        if self._writer is not None:
-            self._writer.close()

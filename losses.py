@@ -1,7 +1,8 @@
 """The IMPALA learner's loss terms and reward clipping (as in scalable_agent's experiment.py).
 
 Every loss is a sum (not a mean) over the `[T, B]` steps of a batch, as in the original: the
-learning rate and the entropy/baseline costs were tuned for sums.
+learning rate and the entropy/baseline costs were tuned for sums. `unroll_weights` (float32 [B],
+optional) scales each unroll's terms, e.g. by prioritized replay's importance weights.
 """
 
 import tensorflow as tf
@@ -9,13 +10,21 @@ import tensorflow as tf
 REWARD_CLIPPING_MODES = ("abs_one", "soft_asymmetric")
 
 
-def policy_gradient_loss(logits, actions, advantages):
+def _sum(terms, unroll_weights):
+    """sum_{t,b} terms[t, b] (* unroll_weights[b])."""
+    if unroll_weights is None:
+        return tf.reduce_sum(terms)
+    return tf.reduce_sum(terms * tf.convert_to_tensor(unroll_weights, tf.float32)[tf.newaxis])
+
+
+def policy_gradient_loss(logits, actions, advantages, unroll_weights=None):
     """sum_{t,b} -log pi(a_t|x_t) * advantage_t; no gradient flows into the advantages.
 
     Args:
       logits: float32 [T, B, A], logits of the target policy pi.
       actions: int [T, B], the actions taken.
       advantages: float32 [T, B], e.g. V-trace's pg_advantages.
+      unroll_weights: optional float32 [B].
 
     Returns:
       float32 scalar.
@@ -29,35 +38,37 @@ def policy_gradient_loss(logits, actions, advantages):
             f"{actions.shape} ([T, B])"
         )
     cross_entropy = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=actions, logits=logits)
-    return tf.reduce_sum(cross_entropy * tf.stop_gradient(advantages))
+    return _sum(cross_entropy * tf.stop_gradient(advantages), unroll_weights)
 
 
-def baseline_loss(advantages):
+def baseline_loss(advantages, unroll_weights=None):
     """0.5 * sum_{t,b} advantage_t^2, the value function's squared error.
 
     Args:
       advantages: float32 [T, B], vs - values (V-trace targets minus the baseline).
+      unroll_weights: optional float32 [B].
 
     Returns:
       float32 scalar.
     """
-    return 0.5 * tf.reduce_sum(tf.square(advantages))
+    return 0.5 * _sum(tf.square(advantages), unroll_weights)
 
 
-def entropy_loss(logits):
+def entropy_loss(logits, unroll_weights=None):
     """Negative policy entropy, sum_{t,b} sum_a pi(a|x_t) log pi(a|x_t).
 
     Minimising it raises the entropy, which keeps the policy exploring.
 
     Args:
       logits: float32 [T, B, A].
+      unroll_weights: optional float32 [B].
 
     Returns:
       float32 scalar.
     """
     policy = tf.nn.softmax(logits)
     log_policy = tf.nn.log_softmax(logits)
-    return tf.reduce_sum(policy * log_policy)
+    return _sum(tf.reduce_sum(policy * log_policy, axis=-1), unroll_weights)
 
 
 def clip_rewards(rewards, mode):

@@ -8,20 +8,25 @@
 2. Groups actors round-robin under learners into worker sets and prints the plan: every
    command, where it runs, where its log goes (--dry_run stops here).
 3. Starts every actor: local ones in windows of the tmux session --tmux_sess, remote ones over
-   SSH as detached process groups whose PIDs go to LOGDIR/launch/run_state.json.
-4. Starts all learners with one MPMD mpirun in the tmux window 'learners'.
+   SSH as detached process groups whose PIDs go to LOGDIR/launch/run_state.json (run_state.py).
+4. Starts all learners with one MPMD mpirun in the tmux window 'learners' (launcher.py).
 5. After --startup_check_secs, lists the workers that failed to start or already died, with
    host, port and reason. A failed learner, or a failed actor without
    --tolerate_actor_failures, stops everything started and exits 1.
+6. With --follow, prints the learners' log and supervises the run until training ends
+   (supervisor.py): failed workers are restarted, within --max_restarts per
+   --restart_window_secs; then tears the run down.
 
-The training flags (training_flags.py) given here are forwarded unchanged to every worker.
+The training flags (the fields of config.Config) given here are forwarded unchanged to every
+worker. This module reads the flags once, into `Options`; the rest takes them as arguments.
 """
 
+import dataclasses
 import datetime
-import json
 import logging
 import os
 import shutil
+import signal
 import sys
 import time
 import traceback
@@ -29,12 +34,17 @@ import uuid
 
 from absl import app, flags
 
+import config as config_lib
 import launcher
-import training_flags
+import run_state
+import supervisor
 import workers_csv
+from console import Console
+from ssh_connections import Connections
 
 REPO_DIR = os.path.dirname(os.path.abspath(__file__))
 FLAGS = flags.FLAGS
+config_lib.define_flags(FLAGS)
 
 flags.DEFINE_string(
     "workers_csv_path",
@@ -64,76 +74,107 @@ flags.DEFINE_float("stop_timeout_secs", 10, "Wait this long after SIGTERM/SIGHUP
 flags.DEFINE_bool(
     "follow",
     False,
-    "After starting, print the learners' log until they exit (Ctrl-C stops following only).",
+    "After starting, print the learners' log and supervise the run until training ends: a "
+    "worker that fails (exits non-zero or is killed) is restarted, within --max_restarts; then "
+    "stop what is left. Ctrl-C stops following and supervising only (the run goes on); SIGTERM "
+    "or SIGHUP stop the whole run (exit 128 + the signal's number).",
+)
+flags.DEFINE_float(
+    "restart_backoff_secs",
+    5,
+    "--follow: wait this long before restarting a failed worker; the wait doubles with each "
+    f"restart of that worker within --restart_window_secs (at most "
+    f"{supervisor.MAX_BACKOFF_SECS:g} s).",
+    lower_bound=0,
+)
+flags.DEFINE_integer(
+    "max_restarts",
+    5,
+    "--follow: restarts allowed per worker (each actor; the learners' mpirun counts as one) "
+    "within --restart_window_secs. A worker that fails again after that many stops the whole "
+    "run with an error naming it (exit 1). 0: never restart.",
+    lower_bound=0,
+)
+flags.DEFINE_float(
+    "restart_window_secs",
+    600,
+    "--follow: the sliding window, in seconds, in which --max_restarts counts restarts.",
+)
+flags.register_validator(
+    "restart_window_secs", lambda secs: secs > 0, "--restart_window_secs must be positive."
 )
 
-STATE_FILE = "run_state.json"
 
+@dataclasses.dataclass(frozen=True)
+class Options:
+    """The frontend's settings: its own flags and the training flags it forwards."""
 
-class Console:
-    """Prints, with every secret (an SSH password) replaced by '********'."""
+    logdir: str  # Absolute.
+    workers_csv_path: str
+    workers_csv_path_given: bool  # On the command line (--stop: wins over the recorded one).
+    known_hosts: str
+    known_hosts_given: bool
+    tmux_sess: str
+    tmux_socket_name: str
+    dry_run: bool
+    stop: bool
+    repo_dir: str
+    remote_repo_dir: str
+    remote_python: str
+    accept_unknown_host_keys: bool
+    tolerate_actor_failures: bool
+    ssh_timeout_secs: float
+    startup_check_secs: float
+    stop_timeout_secs: float
+    follow: bool
+    restart_policy: supervisor.RestartPolicy
+    training_flag_args: tuple  # Every training flag as --name=value, for the workers.
+    batch_timeout_secs: int
 
-    def __init__(self):
-        self._secrets = []
+    @classmethod
+    def from_flags(cls, flag_values):
+        # Workers run in the repo dir, maybe on other hosts: give them an absolute --logdir.
+        logdir = os.path.abspath(os.path.expanduser(flag_values.logdir))
+        training = dataclasses.replace(config_lib.from_flags(flag_values), logdir=logdir)
+        return cls(
+            logdir=logdir,
+            workers_csv_path=flag_values.workers_csv_path,
+            workers_csv_path_given=flag_values["workers_csv_path"].present,
+            known_hosts=flag_values.known_hosts,
+            known_hosts_given=flag_values["known_hosts"].present,
+            tmux_sess=flag_values.tmux_sess,
+            tmux_socket_name=flag_values.tmux_socket_name,
+            dry_run=flag_values.dry_run,
+            stop=flag_values.stop,
+            repo_dir=flag_values.repo_dir,
+            remote_repo_dir=flag_values.remote_repo_dir,
+            remote_python=flag_values.remote_python,
+            accept_unknown_host_keys=flag_values.accept_unknown_host_keys,
+            tolerate_actor_failures=flag_values.tolerate_actor_failures,
+            ssh_timeout_secs=flag_values.ssh_timeout_secs,
+            startup_check_secs=flag_values.startup_check_secs,
+            stop_timeout_secs=flag_values.stop_timeout_secs,
+            follow=flag_values.follow,
+            restart_policy=supervisor.RestartPolicy(
+                backoff_secs=flag_values.restart_backoff_secs,
+                max_restarts=flag_values.max_restarts,
+                window_secs=flag_values.restart_window_secs,
+            ),
+            training_flag_args=tuple(config_lib.flag_args(training)),
+            batch_timeout_secs=training.batch_timeout_secs,
+        )
 
-    def add_secrets(self, secrets):
-        self._secrets = sorted({*self._secrets, *filter(None, secrets)}, key=len, reverse=True)
+    @property
+    def launch_dir(self):
+        return run_state.launch_dir(self.logdir)
 
-    def mask(self, text):
-        for secret in self._secrets:
-            text = text.replace(secret, "********")
-        return text
-
-    def say(self, text="", file=sys.stdout):
-        print(self.mask(str(text)), file=file, flush=True)
-
-
-def _launch_dir():
-    return os.path.join(FLAGS.logdir, "launch")
-
-
-def _read_state():
-    with open(os.path.join(_launch_dir(), STATE_FILE)) as f:
-        return json.load(f)
-
-
-def _write_state(state):
-    path = os.path.join(_launch_dir(), STATE_FILE)
-    with open(path + ".tmp", "w") as f:
-        json.dump(state, f, indent=2)
-    os.replace(path + ".tmp", path)  # Never a half-written state, even if we die here.
-
-
-class Connections:
-    """SSH clients, one per (host, ssh port, user), opened on first use; failures remembered."""
-
-    def __init__(self, console, known_hosts):
-        self._console = console
-        self._known_hosts = known_hosts
-        self._clients = {}
-
-    def get(self, worker):
-        key = (worker.ip, worker.ssh_port, worker.ssh_username)
-        if key not in self._clients:
-            try:
-                self._clients[key] = launcher.ssh_connect(
-                    worker,
-                    self._known_hosts,
-                    FLAGS.accept_unknown_host_keys,
-                    FLAGS.ssh_timeout_secs,
-                    lambda text: self._console.say(text, file=sys.stderr),
-                )
-            except Exception as e:
-                self._clients[key] = e
-        client = self._clients[key]
-        if isinstance(client, Exception):
-            raise client
-        return client
-
-    def close(self):
-        for client in self._clients.values():
-            if not isinstance(client, Exception):
-                client.close()
+    def connections(self, console, known_hosts=None):
+        return Connections(
+            known_hosts or self.known_hosts,
+            self.accept_unknown_host_keys,
+            self.ssh_timeout_secs,
+            console.warn,
+        )
 
 
 def _describe(launch, error, console):
@@ -146,10 +187,10 @@ def _describe(launch, error, console):
     return console.mask(f"{launch.name} (row {worker.row}, {where}, tf {worker.host}): {reason}")
 
 
-def _print_plan(worker_sets, plan, run_id, console):
+def _print_plan(worker_sets, plan, run_id, console, options):
     actors = sum(len(ws.actors) for ws in worker_sets)
     console.say(
-        f"Run {run_id}: {len(worker_sets)} worker sets from {FLAGS.workers_csv_path} "
+        f"Run {run_id}: {len(worker_sets)} worker sets from {options.workers_csv_path} "
         f"({len(worker_sets)} learners, {actors} actors; actor k -> learner k % "
         f"{len(worker_sets)})"
     )
@@ -157,33 +198,33 @@ def _print_plan(worker_sets, plan, run_id, console):
         console.say(f"  worker set {ws.index}: learner {ws.learner.host} (row {ws.learner.row})")
         for task, actor in enumerate(ws.actors):
             console.say(f"    actor task {task}: {actor.host} (row {actor.row}, {actor.where})")
-    console.say(f"Commands (scripts and logs under {_launch_dir()}):")
+    console.say(f"Commands (scripts and logs under {options.launch_dir}):")
     for launch in plan.all:
         worker = launch.worker
         if worker is None:
-            where = f"tmux window {FLAGS.tmux_sess}:learners, one rank per learner"
+            where = f"tmux window {options.tmux_sess}:learners, one rank per learner"
         elif worker.job == "learner":
             where = f"mpirun rank {plan.learners.index(launch)} on {worker.ip}"
         elif worker.is_local:
-            where = f"tmux window {FLAGS.tmux_sess}:{launch.name}"
+            where = f"tmux window {options.tmux_sess}:{launch.name}"
         else:
             where = f"over SSH as {worker.where} (auth: {worker.auth})"
         console.say(f"  {launch.name}: {where}; log {launch.log_path}")
         console.say(f"    {launch.command}")
 
 
-def _start(plan, state, connections):
+def _start(plan, state, connections, options):
     """Starts the actors, then (unless an actor failed and that is not tolerated) the learners.
 
     Returns the failures as (launch, reason) pairs; `state` records what was started.
     """
-    server = launcher.tmux_server(FLAGS.tmux_socket_name)
+    server = launcher.tmux_server(options.tmux_socket_name)
     failures, started = [], []
     for actor in plan.actors:
         try:
             if actor.is_remote:
                 client = connections.get(actor.worker)
-                pid = launcher.start_remote(client, actor, FLAGS.ssh_timeout_secs)
+                pid = launcher.start_remote(client, actor, options.ssh_timeout_secs)
                 worker = actor.worker
                 state["remote"].append(
                     {
@@ -194,62 +235,62 @@ def _start(plan, state, connections):
                         "pid": pid,
                     }
                 )
-                _write_state(state)
+                run_state.write(options.launch_dir, state)
             else:
                 launcher.write_script(actor)
-                launcher.open_window(server, FLAGS.tmux_sess, actor)
+                launcher.open_window(server, options.tmux_sess, actor)
             started.append(actor)
         except Exception as e:
             failures.append((actor, e))
-    if failures and not FLAGS.tolerate_actor_failures:
+    if failures and not options.tolerate_actor_failures:
         return failures
 
     try:
         for learner in plan.learners:
             if learner.is_remote:
                 client = connections.get(learner.worker)
-                launcher.upload_script(client, learner, FLAGS.ssh_timeout_secs)
+                launcher.upload_script(client, learner, options.ssh_timeout_secs)
             else:
                 launcher.write_script(learner)
         launcher.write_script(plan.mpirun)
-        launcher.open_window(server, FLAGS.tmux_sess, plan.mpirun)
+        launcher.open_window(server, options.tmux_sess, plan.mpirun)
         started.append(plan.mpirun)
     except Exception as e:
         failures.append((plan.mpirun, e))
         return failures
 
     # A worker that cannot start (bad path, import error, port in use) dies within seconds.
-    time.sleep(FLAGS.startup_check_secs)
+    wait_secs = options.startup_check_secs
+    time.sleep(wait_secs)
     pids = {entry["name"]: entry["pid"] for entry in state["remote"]}
     for launch in started:
         try:
             if launch.is_remote:
                 client = connections.get(launch.worker)
-                if launcher.remote_alive(client, pids[launch.name], FLAGS.ssh_timeout_secs):
+                if launcher.remote_alive(client, pids[launch.name], options.ssh_timeout_secs):
                     continue
                 status = "exited"
-                tail = launcher.remote_tail(client, launch.log_path, FLAGS.ssh_timeout_secs)
+                tail = launcher.remote_tail(client, launch.log_path, options.ssh_timeout_secs)
             else:
-                status = launcher.window_exit_status(server, FLAGS.tmux_sess, launch.name)
+                status = launcher.window_exit_status(server, options.tmux_sess, launch.name)
                 if status is None:
                     continue
                 status = f"exited with status {status}"
-                with open(launch.log_path, errors="replace") as f:
-                    tail = "".join(f.readlines()[-15:])
-            reason = f"{status} within {FLAGS.startup_check_secs} s; {launch.log_path} ends:"
+                tail = launcher.local_tail(launch.log_path)
+            reason = f"{status} within {wait_secs} s; {launch.log_path} ends:"
             failures.append((launch, f"{reason}\n{tail}"))
         except Exception as e:
             failures.append((launch, e))
     return failures
 
 
-def _stop(state, workers, connections, console):
+def _stop(state, workers, connections, console, options):
     """Stops what `state` records; returns True if all of it is known to be stopped."""
     ok = True
     server = launcher.tmux_server(state["tmux_socket_name"])
     session = state["tmux_session"]
     if server.has_session(session):
-        processes, killed = launcher.stop_tmux_session(server, session, FLAGS.stop_timeout_secs)
+        processes, killed = launcher.stop_tmux_session(server, session, options.stop_timeout_secs)
         sigkill = f", {len(killed)} of them by SIGKILL" if killed else ""
         console.say(f"Killed tmux session {session!r}: {len(processes)} processes ended{sigkill}.")
     else:
@@ -266,180 +307,236 @@ def _stop(state, workers, connections, console):
                 client,
                 entry["pid"],
                 state["run_id"],
-                FLAGS.stop_timeout_secs,
-                FLAGS.ssh_timeout_secs,
+                options.stop_timeout_secs,
+                options.ssh_timeout_secs,
             )
             console.say(f"{what}: {result}.")
         except Exception as e:
-            console.say(f"Cannot stop {what}: {launcher.describe_error(e)}", file=sys.stderr)
+            console.warn(f"Cannot stop {what}: {launcher.describe_error(e)}")
             ok = False
     return ok
 
 
-def stop_main(console):
-    path = os.path.join(_launch_dir(), STATE_FILE)
-    if not os.path.exists(path):
-        console.say(f"No run recorded at {path}: give the --logdir of the run.", file=sys.stderr)
+def _stop_recorded_run(workers, console, options, known_hosts=None):
+    """Stops the run recorded in the run-state file and removes the file (as --stop does).
+
+    Holds the run's lock throughout, so that the supervisor of the run never restarts a worker
+    in the middle. Returns True if everything is known to be stopped (or nothing is recorded);
+    otherwise the file is kept for another --stop.
+    """
+    directory = options.launch_dir
+    with run_state.locked(directory):
+        if not run_state.exists(directory):
+            console.say(f"{run_state.path(directory)} is gone: the run was stopped already.")
+            return True
+        state = run_state.read(directory)
+        with options.connections(console, known_hosts) as connections:
+            ok = _stop(state, workers, connections, console, options)
+        if ok:
+            run_state.remove(directory)
+        else:
+            console.say(
+                f"Some processes may still run; {run_state.path(directory)} is kept for "
+                "another --stop."
+            )
+        return ok
+
+
+def stop_main(console, options):
+    path = run_state.path(options.launch_dir)
+    if not run_state.exists(options.launch_dir):
+        console.warn(f"No run recorded at {path}: give the --logdir of the run.")
         return 1
-    state = _read_state()
+    state = run_state.read(options.launch_dir)
     # The CSV holds the SSH credentials; the state file never does. Flags given now win.
     csv_path, known_hosts = state["workers_csv_path"], state["known_hosts"]
-    if FLAGS["workers_csv_path"].present:
-        csv_path = FLAGS.workers_csv_path
-    if FLAGS["known_hosts"].present:
-        known_hosts = FLAGS.known_hosts
+    if options.workers_csv_path_given:
+        csv_path = options.workers_csv_path
+    if options.known_hosts_given:
+        known_hosts = options.known_hosts
     workers = workers_csv.read_workers(csv_path) if state["remote"] else []
     console.add_secrets(w.password for w in workers)
-    connections = Connections(console, known_hosts)
-    try:
-        ok = _stop(state, workers, connections, console)
-    finally:
-        connections.close()
-    if not ok:
-        console.say(f"Some processes may still run; {path} is kept for another --stop.")
-        return 1
-    os.remove(path)
-    return 0
+    return 0 if _stop_recorded_run(workers, console, options, known_hosts) else 1
 
 
-def _preflight_problems(local, mpirun):
+def _preflight_problems(local, mpirun, options):
     """Why the run cannot start, checked before anything starts."""
     problems = []
-    state_path = os.path.join(_launch_dir(), STATE_FILE)
-    if os.path.exists(state_path):
-        problems.append(f"{state_path} records a run: stop it first with --stop")
+    if run_state.exists(options.launch_dir):
+        path = run_state.path(options.launch_dir)
+        problems.append(f"{path} records a run: stop it first with --stop")
     if mpirun is None:
         problems.append("mpirun is not on PATH (install Open MPI)")
     if not os.path.isfile(os.path.join(local.repo_dir, "experiment.py")):
         problems.append(f"no experiment.py in --repo_dir={local.repo_dir}")
-    if launcher.tmux_server(FLAGS.tmux_socket_name).has_session(FLAGS.tmux_sess):
+    if launcher.tmux_server(options.tmux_socket_name).has_session(options.tmux_sess):
         problems.append(
-            f"tmux session {FLAGS.tmux_sess!r} exists already: pick another --tmux_sess"
+            f"tmux session {options.tmux_sess!r} exists already: pick another --tmux_sess"
         )
     return problems
 
 
-def launch_main(console):
-    worker_sets = workers_csv.load_worker_sets(FLAGS.workers_csv_path)
+def launch_main(console, options):
+    worker_sets = workers_csv.load_worker_sets(options.workers_csv_path)
     workers = [w for ws in worker_sets for w in (ws.learner, *ws.actors)]
     console.add_secrets(w.password for w in workers)
     run_id = f"{datetime.datetime.now():%Y%m%d-%H%M%S}-{uuid.uuid4().hex[:8]}"
-    local = launcher.Place(sys.executable, os.path.abspath(FLAGS.repo_dir))
+    local = launcher.Place(sys.executable, os.path.abspath(options.repo_dir))
     remote = launcher.Place(
-        FLAGS.remote_python or local.python, FLAGS.remote_repo_dir or local.repo_dir
+        options.remote_python or local.python, options.remote_repo_dir or local.repo_dir
     )
     mpirun = shutil.which("mpirun")
     plan = launcher.plan(
         worker_sets,
-        training_flags.forwarded_flag_args(FLAGS),
-        _launch_dir(),
+        options.training_flag_args,
+        options.launch_dir,
         run_id,
         local,
         remote,
         mpirun or "mpirun",
         os.geteuid() == 0,
     )
-    _print_plan(worker_sets, plan, run_id, console)
-    if FLAGS.dry_run:
+    _print_plan(worker_sets, plan, run_id, console, options)
+    if options.dry_run:
         console.say("Dry run: nothing started.")
         return 0
-    problems = _preflight_problems(local, mpirun)
+    problems = _preflight_problems(local, mpirun, options)
     if problems:
-        console.say("Not starting: " + "; ".join(problems) + ".", file=sys.stderr)
+        console.warn("Not starting: " + "; ".join(problems) + ".")
         return 2
 
-    os.makedirs(_launch_dir(), exist_ok=True)
+    # While it follows, the frontend answers SIGTERM/SIGHUP by stopping the run: from here on,
+    # so that a run being started is stopped too.
+    signals = supervisor.Signals((signal.SIGTERM, signal.SIGHUP)) if options.follow else None
+    os.makedirs(options.launch_dir, exist_ok=True)
     state = {
         "run_id": run_id,
-        "workers_csv_path": os.path.abspath(FLAGS.workers_csv_path),
-        "known_hosts": os.path.abspath(os.path.expanduser(FLAGS.known_hosts)),
-        "tmux_socket_name": FLAGS.tmux_socket_name,
-        "tmux_session": FLAGS.tmux_sess,
+        "workers_csv_path": os.path.abspath(options.workers_csv_path),
+        "known_hosts": os.path.abspath(os.path.expanduser(options.known_hosts)),
+        "tmux_socket_name": options.tmux_socket_name,
+        "tmux_session": options.tmux_sess,
         "remote": [],  # Remote actors: name, ip, ssh_port, ssh_username, pid.
     }
-    _write_state(state)
-    connections = Connections(console, FLAGS.known_hosts)
-    try:
-        failures = _start(plan, state, connections)
-        console.say(f"Failed workers: {len(failures)}")
-        for launch, error in failures:
-            console.say(f"  {_describe(launch, error, console)}")
-        failed = {launch.name for launch, _ in failures}
-        if failures and (plan.mpirun.name in failed or not FLAGS.tolerate_actor_failures):
-            console.say("The run cannot go on: stopping everything it started.")
-            if _stop(state, workers, connections, console):
-                os.remove(os.path.join(_launch_dir(), STATE_FILE))
-            else:
-                console.say("Some processes may still run: stop them with --stop.")
-            return 1
-    finally:
-        connections.close()
+    run_state.write(options.launch_dir, state)
+    with options.connections(console) as connections:
+        failures = _start(plan, state, connections, options)
+    console.say(f"Failed workers: {len(failures)}")
+    for launch, error in failures:
+        console.say(f"  {_describe(launch, error, console)}")
+    failed = {launch.name for launch, _ in failures}
+    if failures and (plan.mpirun.name in failed or not options.tolerate_actor_failures):
+        console.say("The run cannot go on: stopping everything it started.")
+        _stop_recorded_run(workers, console, options)
+        return 1
     for ws in worker_sets:
         if all(f"actor-{ws.index}-{task}" in failed for task in range(len(ws.actors))):
             console.say(
                 f"WARNING: learner {ws.index} has no running actor; it will stop the whole job "
-                f"after --batch_timeout_secs={FLAGS.batch_timeout_secs}."
+                f"after --batch_timeout_secs={options.batch_timeout_secs}."
             )
-    tmux = f"tmux -L {FLAGS.tmux_socket_name}" if FLAGS.tmux_socket_name else "tmux"
-    console.say(f"Run {run_id} started; logs in {_launch_dir()} (on each worker's host).")
-    console.say(f"Watch: {tmux} attach -t {FLAGS.tmux_sess}; tensorboard --logdir={FLAGS.logdir}")
-    console.say(f"Stop:  {sys.executable} {__file__} --logdir={FLAGS.logdir} --stop")
-    if not FLAGS.follow:
+    tmux = f"tmux -L {options.tmux_socket_name}" if options.tmux_socket_name else "tmux"
+    console.say(f"Run {run_id} started; logs in {options.launch_dir} (on each worker's host).")
+    console.say(
+        f"Watch: {tmux} attach -t {options.tmux_sess}; tensorboard --logdir={options.logdir}"
+    )
+    console.say(f"Stop:  {sys.executable} {__file__} --logdir={options.logdir} --stop")
+    if not options.follow:
         return 0
-    status = follow_learners(plan.mpirun, console)
-    if status is None:  # Ctrl-C: the run goes on.
-        return 0
-    console.say(f"The learners exited with status {status}: stopping what is left of the run.")
-    connections = Connections(console, FLAGS.known_hosts)
-    try:
-        if _stop(state, workers, connections, console):
-            os.remove(os.path.join(_launch_dir(), STATE_FILE))
-    finally:
-        connections.close()
-    return 0 if status == 0 else 1
+    supervised = [actor for actor in plan.actors if actor.name not in failed]
+    return follow(plan, supervised, state, workers, signals, console, options)
 
 
-def follow_learners(mpirun_launch, console, poll_secs=1.0):
-    """Prints the learners' log as it grows until mpirun exits; returns its exit status.
+def follow(plan, actors, state, workers, signals, console, options):
+    """Prints the learners' log and supervises the run (supervisor.py) until it ends.
 
-    Ctrl-C stops following, leaves the run going and returns None.
+    Returns the frontend's exit code: 0 when training finished (or on Ctrl-C: the run goes on,
+    unsupervised); 1 when a worker spent its restart budget or the run was stopped elsewhere;
+    128 + N when signal N (SIGTERM, SIGHUP) stopped the run.
     """
-    server = launcher.tmux_server(FLAGS.tmux_socket_name)
-    console.say(f"Following {mpirun_launch.log_path} (Ctrl-C stops following, not the run).")
-    position = 0
-    try:
-        while True:
-            status = launcher.window_exit_status(server, FLAGS.tmux_sess, mpirun_launch.name)
-            if os.path.exists(mpirun_launch.log_path):
-                with open(mpirun_launch.log_path, errors="replace") as log:
-                    log.seek(position)
-                    text = log.read()
-                    position = log.tell()
-                if text:
-                    console.say(text.rstrip("\n"))
-            if status is not None:
-                return status
-            time.sleep(poll_secs)
-    except KeyboardInterrupt:
-        console.say("Stopped following; the run goes on.")
-        return None
+    if signals.received is None:
+        signals.watch(signal.SIGINT)
+        console.say(
+            f"Following {plan.mpirun.log_path} and supervising the run (Ctrl-C stops following "
+            "and supervising, not the run)."
+        )
+        with options.connections(console) as connections:
+            result = supervisor.Supervisor(
+                actors=actors,
+                learners=plan.learners,
+                mpirun=plan.mpirun,
+                remote_pids={entry["name"]: entry["pid"] for entry in state["remote"]},
+                run_id=state["run_id"],
+                launch_dir=options.launch_dir,
+                tmux_server=launcher.tmux_server(options.tmux_socket_name),
+                tmux_session=options.tmux_sess,
+                connections=connections,
+                policy=options.restart_policy,
+                console=console,
+                ssh_timeout=options.ssh_timeout_secs,
+                signals=signals,
+                on_poll=LogPrinter(plan.mpirun.log_path, console),
+            ).run()
+    else:  # A signal came while the run was starting.
+        name = signal.Signals(signals.received).name
+        result = supervisor.Result(supervisor.Outcome.TERMINATED, name, signals.received)
+
+    outcome = result.outcome
+    if outcome is supervisor.Outcome.INTERRUPTED:
+        console.say("Stopped following; the run goes on, unsupervised (stop it with --stop).")
+        return 0
+    if outcome is supervisor.Outcome.STOPPED_ELSEWHERE:
+        console.warn(f"The run was stopped from elsewhere: {result.message}. Not supervising it.")
+        if run_state.exists(options.launch_dir):
+            console.warn("Stop what may be left of it with --stop.")
+        return 1
+    if outcome is supervisor.Outcome.FINISHED:
+        console.say("The learners exited with status 0: stopping what is left of the run.")
+        code = 0
+    elif outcome is supervisor.Outcome.TERMINATED:
+        console.warn(f"{result.message} received: stopping the whole run.")
+        code = 128 + result.signal
+    else:
+        console.warn(f"ERROR: {result.message.rstrip()}")
+        console.warn("Stopping the whole run.")
+        code = 1
+    if not _stop_recorded_run(workers, console, options):
+        code = code or 1
+    return code
+
+
+class LogPrinter:
+    """Prints what was added to a log file since the last call (from its start, at first)."""
+
+    def __init__(self, path, console):
+        self._path = path
+        self._console = console
+        self._position = 0
+
+    def __call__(self):
+        if not os.path.exists(self._path):
+            return
+        with open(self._path, errors="replace") as log:
+            log.seek(self._position)
+            text = log.read()
+            self._position = log.tell()
+        if text:
+            self._console.say(text.rstrip("\n"))
 
 
 def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
-    # Workers run in the repo dir, maybe on other hosts: give them an absolute --logdir.
-    FLAGS.logdir = os.path.abspath(os.path.expanduser(FLAGS.logdir))
     for chatty in ("libtmux", "paramiko"):  # 'window created', 'Connected (version 2.0 ...)'.
         logging.getLogger(chatty).setLevel(logging.WARNING)
+    options = Options.from_flags(FLAGS)
     console = Console()
     try:
-        code = stop_main(console) if FLAGS.stop else launch_main(console)
+        code = stop_main(console, options) if options.stop else launch_main(console, options)
     except workers_csv.CsvError as e:
-        console.say(e, file=sys.stderr)
+        console.warn(e)
         code = 2
     except Exception:  # Masked: an exception's text could quote a password.
-        console.say(traceback.format_exc(), file=sys.stderr)
+        console.warn(traceback.format_exc())
         code = 1
     sys.exit(code)
 

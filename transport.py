@@ -10,8 +10,9 @@ state lives on the learner's server (/job:learner/task:0/cpu:0):
 
 Resource variables and the queue are shared between processes by name, so an actor's graph
 reaches the learner's state; the learner alone initialises it (actors see
-FailedPreconditionError until then). This is the pattern DESIGN.md verified with TF 2.21:
-fully eager remote execution does not share a queue between client processes.
+FailedPreconditionError until then). TF1-style graphs and sessions because fully eager remote
+execution (tf.config.experimental_connect_to_cluster) does not share a queue between client
+processes (tried with TF 2.21).
 
 Unrolls travel as flat lists of numpy arrays (see `UnrollSpec`), one queue element per
 environment: an actor enqueues [N, ...] for its N environments, the learner dequeues [B, ...].
@@ -21,7 +22,6 @@ import contextlib
 import socket
 import time
 
-import numpy as np
 import tensorflow as tf
 from absl import logging
 
@@ -92,16 +92,13 @@ def start_server(spec, job_name, task):
 class UnrollSpec:
     """Names, dtypes and per-unroll shapes of the tensors of one unroll, flattened.
 
-    `structure` is a nest (namedtuples) of tf.TensorSpec with per-unroll shapes (no batch dim);
-    `flatten` / `pack` convert between that nest and the flat list the queue carries.
+    `structure` is a nest (namedtuples) of tf.TensorSpec with per-unroll shapes (no batch dim).
+    The queue carries `tf.nest.flatten(unroll)`; `pack` turns such a flat list back into the nest.
     """
 
     def __init__(self, structure):
         self.structure = structure
         self.specs = tf.nest.flatten(structure)
-
-    def flatten(self, nest):
-        return tf.nest.flatten(nest)
 
     def pack(self, flat):
         return tf.nest.pack_sequence_as(self.structure, list(flat))
@@ -165,6 +162,7 @@ class Transport:
             self._batch_size = tf.compat.v1.placeholder(tf.int32, [])
             self._dequeue = self._queue.dequeue_many(self._batch_size)
             self._size = self._queue.size()
+            self._is_closed = self._queue.is_closed()
             self._mark_finished = self._finished.assign(True)
             self._read_finished = self._finished.read_value()
             self._close = self._queue.close(cancel_pending_enqueues=True)
@@ -213,13 +211,19 @@ class Transport:
         )
 
     def dequeue(self, batch_size, timeout_ms):
-        """[batch_size, ...] flat list of numpy arrays; raises DeadlineExceededError on timeout.
+        """[batch_size, ...] flat list of numpy arrays; raises DeadlineExceededError on timeout
+        and OutOfRangeError once the queue is closed (and holds no whole batch).
 
         Waits until the queue holds a whole batch and only then dequeues: a dequeue_many that
         times out drops the unrolls it had already taken. Assumes one consumer (the learner).
         """
         deadline = time.monotonic() + timeout_ms / 1000
-        while self.queue_size() < batch_size:
+        while True:
+            size, closed = self._run_learner_op([self._size, self._is_closed])
+            if size >= batch_size:
+                break
+            if closed:
+                raise tf.errors.OutOfRangeError(None, None, "the unroll queue is closed")
             if time.monotonic() >= deadline:
                 raise tf.errors.DeadlineExceededError(
                     None, None, f"fewer than {batch_size} unrolls queued after {timeout_ms} ms"
@@ -247,7 +251,3 @@ class Transport:
 
     def training_finished(self):
         return bool(self.session.run(self._read_finished))
-
-
-def numpy_dtype(spec):
-    return np.dtype(spec.dtype.as_numpy_dtype)

@@ -118,6 +118,7 @@ def from_importance_weights(
     clip_rho_threshold=1.0,
     clip_pg_rho_threshold=1.0,
     clip_c_threshold=1.0,
+    trace_lambda=1.0,
 ):
     """V-trace from log importance weights log(pi(a_t|x_t) / mu(a_t|x_t)).
 
@@ -133,6 +134,9 @@ def from_importance_weights(
         None = no truncation.
       clip_c_threshold: c_bar, truncates the trace coefficients c_i (variance, speed of
         contraction); None = no truncation.
+      trace_lambda: lambda in [0, 1], c_i = lambda * min(c_bar, rho_i) (the paper's remark in
+        section 4.1): on-policy, the targets become lambda-returns (as GAE's), with less
+        variance than the n-step return of lambda = 1.
 
     Returns:
       VTraceReturns: `vs` [T, B] (value targets) and `pg_advantages` [T, B], both without
@@ -147,7 +151,7 @@ def from_importance_weights(
 
     rhos = tf.exp(log_rhos)
     clipped_rhos = _clip(rhos, clip_rho_threshold)
-    cs = _clip(rhos, clip_c_threshold)
+    cs = trace_lambda * _clip(rhos, clip_c_threshold)
     values_t_plus_1 = tf.concat([values[1:], bootstrap_value[tf.newaxis]], axis=0)
     deltas = clipped_rhos * (rewards + discounts * values_t_plus_1 - values)
 

@@ -119,6 +119,11 @@ def _is_loopback(ip):
         return False
 
 
+def _is_device_list(value):
+    """Whether `value` is '' or comma-separated device indices, e.g. '0' or '0,1'."""
+    return value == "" or all(index.isdigit() for index in value.split(","))
+
+
 def _port(value):
     """The port number in `value`, or None when it is not one."""
     if not value.isdigit() or not 1 <= int(value) <= 65535:
@@ -134,7 +139,8 @@ def read_workers(path, local_names=None, environ=os.environ):
     """
     local_names = local_addresses() if local_names is None else local_names
     try:
-        with open(path, newline="") as f:
+        # utf-8-sig: spreadsheet programs start a saved CSV with a byte-order mark.
+        with open(path, newline="", encoding="utf-8-sig") as f:
             reader = csv.reader(f)
             header = [name.strip() for name in next(reader, [])]
             # (line, values) per non-blank row; reader.line_num is the row's last line.
@@ -174,6 +180,12 @@ def read_workers(path, local_names=None, environ=os.environ):
         tf_port = _port(value["tf_port"])
         if tf_port is None:
             error("tf_port", f"{value['tf_port']!r} is not a port number (an integer in 1..65535)")
+        if not _is_device_list(value["cuda_visible_devices"]):
+            error(
+                "cuda_visible_devices",
+                f"{value['cuda_visible_devices']!r} is not a device list: leave it empty (no GPU) "
+                "or give comma-separated GPU indices such as 0 or 0,1",
+            )
         local = is_local(value["ip"], local_names)
         if tf_port is not None and value["ip"]:
             # Every name of this machine is one host: localhost:8001 and 127.0.0.1:8001 clash.

@@ -6,9 +6,11 @@ begins), and two linear heads give the policy logits and the baseline.
 """
 
 import collections
+import dataclasses
 import functools
 import numbers
 
+import numpy as np
 import sonnet as snt
 import tensorflow as tf
 import tree
@@ -16,6 +18,32 @@ import tree
 # action: int32 [B] sampled from the policy; policy_logits: float32 [B, A]; baseline: float32 [B].
 # From `Agent.unroll` the same with [T, B] leading dims.
 AgentOutput = collections.namedtuple("AgentOutput", "action policy_logits baseline")
+
+
+INITIALIZATIONS = ("sonnet", "orthogonal")
+
+
+@dataclasses.dataclass(frozen=True)
+class Initializers:
+    """Weight initialisers (`w_init` of Sonnet's Linear and Conv2D; None: Sonnet's default, a
+    truncated normal of stddev 1/sqrt(fan_in), as the IMPALA paper's Sonnet 1 networks)."""
+
+    torso: object  # every hidden layer, conv or linear, followed by a ReLU
+    policy: object  # the policy-logits head
+    baseline: object  # the value head
+
+    @classmethod
+    def named(cls, scheme):
+        """ "sonnet", or "orthogonal": orthogonal matrices with gain sqrt(2) for ReLU layers (which
+        keeps the activations' scale through the torso), 0.01 for the policy head (the policy
+        starts uniform whatever the input) and 1 for the value head, as strong Atari baselines
+        (PPO, Cleanba's IMPALA) initialise."""
+        if scheme == "sonnet":
+            return cls(None, None, None)
+        if scheme == "orthogonal":
+            orthogonal = snt.initializers.Orthogonal
+            return cls(orthogonal(np.sqrt(2)), orthogonal(0.01), orthogonal(1.0))
+        raise ValueError(f"unknown initialization {scheme!r}; valid: {', '.join(INITIALIZATIONS)}")
 
 
 def _reset_where_done(done, initial_state, state):
@@ -27,24 +55,32 @@ class Agent(snt.Module):
     """Base class: subclasses define the torso and, if recurrent, the core.
 
     After calling this constructor a subclass sets:
-      `self._torso`: a module mapping float32 frames [N, *OBSERVATION_DIMS] to features [N, F];
+      `self._torso`: a module mapping float32 frames [N, *OBSERVATION_DIMS] to features [N, F],
+        its layers initialised with `self._initializers.torso`;
       `self._core`: an `snt.RNNCore` for recurrent agents (stays None for feed-forward ones).
     Variables are created on the first call (Sonnet style) and reused afterwards.
+
+    Args:
+      num_actions: A.
+      initialization: one of INITIALIZATIONS (see Initializers.named).
     """
 
     # Names of the per-step observation dimensions the torso expects, e.g. ("H", "W", "C").
     OBSERVATION_DIMS = ()
 
-    def __init__(self, num_actions, name=None):
+    def __init__(self, num_actions, initialization="sonnet", name=None):
         super().__init__(name=name)
         # numbers.Integral also admits NumPy ints, e.g. gymnasium's Discrete(n).n.
         if not isinstance(num_actions, numbers.Integral) or num_actions < 1:
             raise ValueError(f"num_actions must be a positive integer, got {num_actions!r}")
         self._num_actions = int(num_actions)
+        self._initializers = Initializers.named(initialization)
         self._torso = None
         self._core = None
-        self._policy_logits = snt.Linear(self._num_actions, name="policy_logits")
-        self._baseline = snt.Linear(1, name="baseline")
+        self._policy_logits = snt.Linear(
+            self._num_actions, w_init=self._initializers.policy, name="policy_logits"
+        )
+        self._baseline = snt.Linear(1, w_init=self._initializers.baseline, name="baseline")
 
     @property
     def num_actions(self):

@@ -15,8 +15,12 @@ class MLPAgent(Agent):
 
     OBSERVATION_DIMS = ("D",)
 
-    def __init__(self, num_actions, name="mlp_agent"):
-        super().__init__(num_actions, name=name)
+    def __init__(self, num_actions, initialization="sonnet", name="mlp_agent"):
+        super().__init__(num_actions, initialization, name=name)
         self._torso = snt.nets.MLP(
-            [64, 64], activation=tf.nn.relu, activate_final=True, name="torso"
+            [64, 64],
+            w_init=self._initializers.torso,
+            activation=tf.nn.relu,
+            activate_final=True,
+            name="torso",
         )

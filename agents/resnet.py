@@ -13,20 +13,22 @@ class ResNetTorso(snt.Module):
     blocks (relu, conv 3x3, relu, conv 3x3, + skip). Then relu, flatten, Linear 256, relu.
     """
 
-    def __init__(self, name="torso"):
+    def __init__(self, w_init=None, name="torso"):
         super().__init__(name=name)
         self._sections = []
-        for i, num_channels in enumerate((16, 32, 32)):
-            conv = snt.Conv2D(num_channels, 3, padding="SAME", name=f"section_{i}_conv")
+        for i, channels in enumerate((16, 32, 32)):
+            conv = snt.Conv2D(channels, 3, padding="SAME", w_init=w_init, name=f"section_{i}_conv")
             residual_blocks = [
                 [
-                    snt.Conv2D(num_channels, 3, padding="SAME", name=f"section_{i}_res_{j}_{k}")
+                    snt.Conv2D(
+                        channels, 3, padding="SAME", w_init=w_init, name=f"section_{i}_res_{j}_{k}"
+                    )
                     for k in range(2)
                 ]
                 for j in range(2)
             ]
             self._sections.append((conv, residual_blocks))
-        self._linear = snt.Linear(256, name="linear")
+        self._linear = snt.Linear(256, w_init=w_init, name="linear")
 
     def __call__(self, frames):
         out = frames
@@ -47,14 +49,14 @@ class ResNetAgent(Agent):
 
     OBSERVATION_DIMS = ("H", "W", "C")
 
-    def __init__(self, num_actions, name="resnet_agent"):
-        super().__init__(num_actions, name=name)
-        self._torso = ResNetTorso()
+    def __init__(self, num_actions, initialization="sonnet", name="resnet_agent"):
+        super().__init__(num_actions, initialization, name=name)
+        self._torso = ResNetTorso(self._initializers.torso)
 
 
 class ResNetLSTMAgent(ResNetAgent):
     """ResNetTorso -> LSTM 256 (reset where an episode starts) -> policy and baseline."""
 
-    def __init__(self, num_actions, name="resnet_lstm_agent"):
-        super().__init__(num_actions, name=name)
+    def __init__(self, num_actions, initialization="sonnet", name="resnet_lstm_agent"):
+        super().__init__(num_actions, initialization, name=name)
         self._core = snt.LSTM(256, name="lstm")

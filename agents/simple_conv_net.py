@@ -14,18 +14,19 @@ class SimpleConvNetAgent(Agent):
 
     OBSERVATION_DIMS = ("H", "W", "C")
 
-    def __init__(self, num_actions, name="simple_conv_net_agent"):
-        super().__init__(num_actions, name=name)
+    def __init__(self, num_actions, initialization="sonnet", name="simple_conv_net_agent"):
+        super().__init__(num_actions, initialization, name=name)
+        w_init = self._initializers.torso
         self._torso = snt.Sequential(
             [
-                snt.Conv2D(32, 8, stride=4, padding="VALID", name="conv_0"),
+                snt.Conv2D(32, 8, stride=4, padding="VALID", w_init=w_init, name="conv_0"),
                 tf.nn.relu,
-                snt.Conv2D(64, 4, stride=2, padding="VALID", name="conv_1"),
+                snt.Conv2D(64, 4, stride=2, padding="VALID", w_init=w_init, name="conv_1"),
                 tf.nn.relu,
-                snt.Conv2D(64, 3, stride=1, padding="VALID", name="conv_2"),
+                snt.Conv2D(64, 3, stride=1, padding="VALID", w_init=w_init, name="conv_2"),
                 tf.nn.relu,
                 snt.Flatten(),
-                snt.Linear(512, name="linear"),
+                snt.Linear(512, w_init=w_init, name="linear"),
                 tf.nn.relu,
             ],
             name="torso",

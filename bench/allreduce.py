@@ -7,24 +7,24 @@ Run under mpirun with 2 (or more) ranks:
 For each agent (Atari shapes: 84x84x4 frames, 6 actions) every rank times, in the same run:
   - `allreduce`: averaging a gradient-sized list of tensors across ranks inside a tf.function,
     as hvd.DistributedGradientTape does every learner step;
-  - `train step`: the learner's full step (V-trace loss, averaged gradients, RMSProp) on a
-    synthetic batch of B unrolls of T steps.
+  - `train step`: the learner's full step (train_step.train_step: V-trace loss, averaged
+    gradients, optimizer) with the default Config on a synthetic batch of B unrolls of T steps.
 Rank 0 prints a table with both (median ms) and their ratio, then one JSON line.
 """
 
-import collections
+import functools
 import json
 import time
 
 import horovod.tensorflow as hvd
 import numpy as np
-import sonnet as snt
 import tensorflow as tf
 from absl import app, flags
 
 import agents
+import config as config_lib
+import train_step
 import unrolls
-from learner import loss_gradients
 
 flags.DEFINE_list("agents", ["SimpleConvNetAgent", "ResNetLSTMAgent"], "Agents to measure.")
 flags.DEFINE_integer("batch_size", 32, "B of the synthetic train batch.")
@@ -33,11 +33,6 @@ flags.DEFINE_integer("repeats", 20, "Timed repetitions (after 3 warm-up ones).")
 FLAGS = flags.FLAGS
 
 NUM_ACTIONS, FRAME_SHAPE = 6, (84, 84, 4)
-
-
-LOSS_CONFIG = collections.namedtuple(
-    "LossConfig", "discounting reward_clipping baseline_cost entropy_cost"
-)(discounting=0.99, reward_clipping="abs_one", baseline_cost=0.5, entropy_cost=0.01)
 
 
 def median_ms(fn, repeats):
@@ -59,18 +54,16 @@ def measure(agent_name, rng):
     )
     inputs = unrolls.to_time_major(unroll)
     agent.unroll(inputs.agent_outputs.action, inputs.env_outputs, inputs.agent_state)
-    variables = agent.trainable_variables
-    optimizer = snt.optimizers.RMSProp(0.0006, decay=0.99, epsilon=0.01)
+    config = config_lib.Config()
+    optimizer = train_step.make_optimizer(config, tf.Variable(config.learning_rate))
+    train_step.create_optimizer_state(optimizer, agent)
+    step = tf.function(functools.partial(train_step.train_step, agent, optimizer, config, hvd))
 
     @tf.function
     def allreduce(tensors):
         return [hvd.allreduce(t, op=hvd.Average) for t in tensors]
 
-    @tf.function
-    def train_step(batch):
-        gradients, _, _ = loss_gradients(agent, batch, LOSS_CONFIG, hvd)
-        optimizer.apply(gradients, variables)
-
+    variables = agent.trainable_variables
     gradients = [tf.random.normal(v.shape) for v in variables]
     batch = tf.nest.map_structure(tf.convert_to_tensor, unroll)
     return {
@@ -78,7 +71,7 @@ def measure(agent_name, rng):
         "parameters": int(sum(np.prod(v.shape) for v in variables)),
         "allreduce_ms": median_ms(lambda: allreduce(gradients), FLAGS.repeats),
         # The train step includes the allreduce (hvd.DistributedGradientTape).
-        "train_step_ms": median_ms(lambda: train_step(batch), FLAGS.repeats),
+        "train_step_ms": median_ms(lambda: step(batch), FLAGS.repeats),
     }
 
 

@@ -16,9 +16,10 @@ restores the frame count, and the curve reads the summaries of both parts.
             trains 500K frames instead, to check the whole path in a few minutes.
 
 The run's settings below apply unless the flag is given on the command line: every training
-flag (training_flags.py) is accepted and forwarded to the workers of every run.
+flag (the fields of config.Config) is accepted and forwarded to the workers of every run.
 """
 
+import dataclasses
 import glob
 import json
 import os
@@ -29,6 +30,8 @@ import matplotlib
 import numpy as np
 from absl import app, flags
 
+import config as config_lib
+import local_cluster
 import summaries
 from bench import cluster
 
@@ -81,26 +84,24 @@ flags.DEFINE_bool(
 FLAGS = flags.FLAGS
 
 
-def run_settings(name):
-    """The run's settings, less those given on the command line."""
+def run_config(name):
+    """The run's Config: its settings over the defaults, flags given on the command line over
+    both."""
     settings = dict(RUNS[name]["settings"])
     if FLAGS.quick:
         settings["total_environment_frames"] = RUNS[name]["quick_frames"]
-    return {key: value for key, value in settings.items() if not FLAGS[key].present}
+    settings = {key: value for key, value in settings.items() if not FLAGS[key].present}
+    return dataclasses.replace(config_lib.from_flags(FLAGS), **settings), settings
 
 
-def setting(settings, name):
-    return settings.get(name, FLAGS[name].value)
-
-
-def train(run_dir, settings):
+def train(run_dir, config):
     """Trains one learner and --actors actors to the frame budget; returns the wall time."""
     logdir = os.path.join(run_dir, "logdir")
-    flag_args = cluster.forwarded_flags({**settings, "logdir": logdir})
+    flag_args = cluster.worker_flags(config, logdir=logdir)
     # Generous: 1K frames/s is half the rate measured here or less.
-    timeout_secs = 600 + setting(settings, "total_environment_frames") / 1000
+    timeout_secs = 600 + config.total_environment_frames / 1000
     start = time.monotonic()
-    with cluster.WorkerSets(1, FLAGS.actors, flag_args, run_dir) as workers:
+    with local_cluster.WorkerSets(1, FLAGS.actors, flag_args, run_dir) as workers:
         exit_code = workers.learners.wait(timeout=timeout_secs)
         if exit_code != 0:
             raise RuntimeError(f"learner exited with {exit_code}; see {workers.learners_log}")
@@ -145,13 +146,13 @@ def newest_run_dir(name):
 
 
 def benchmark(name):
-    settings = run_settings(name)
+    config, settings = run_config(name)
     run_dir = newest_run_dir(name) if FLAGS.resume else None
     if run_dir is None:
         run_dir = tempfile.mkdtemp(prefix=f"{name}_", dir=FLAGS.output_dir)
     load_average = cluster.wait_for_quiet_machine()
-    wall_secs, logdir = train(run_dir, settings)
-    level_name = setting(settings, "level_name")
+    wall_secs, logdir = train(run_dir, config)
+    level_name = config.level_name
     points = curve(logdir, level_name)
     csv_path = os.path.join(FLAGS.output_dir, f"{name}.csv")
     np.savetxt(
@@ -163,10 +164,10 @@ def benchmark(name):
         comments="",
     )
     target = RUNS[name]["target"]
-    frames = setting(settings, "total_environment_frames")
+    frames = config.total_environment_frames
     plot(
         points,
-        f"{level_name}, {setting(settings, 'agent_name')}, {frames:,} frames",
+        f"{level_name}, {config.agent_name}, {frames:,} frames",
         target,
         os.path.join(FLAGS.output_dir, f"{name}.png"),
     )
@@ -192,6 +193,7 @@ def main(argv):
     if unknown:
         raise app.UsageError(f"--runs: unknown {', '.join(unknown)}; valid: {', '.join(RUNS)}")
     os.makedirs(FLAGS.output_dir, exist_ok=True)
+    local_cluster.exit_cleanly_on_termination()
     results = [benchmark(name) for name in FLAGS.runs]
     print(
         f"\n{'run':<10}{'frames':>12}{'load':>6}{'minutes':>9}{'games':>7}"

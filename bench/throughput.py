@@ -2,15 +2,16 @@
 
   .venv/bin/python -m bench.throughput [--quick] [training flags] [--actors=2 --learners=1]
 
-(from the repository root: `-m` puts it on sys.path for `tests.processes`). Every training flag
-(training_flags.py) is accepted and forwarded to the workers; defaults: Pong, SimpleConvNetAgent,
-T=20, B=32, 8 environments per actor.
+(from the repository root). Every training flag (the fields of config.Config) is accepted and
+forwarded to the workers; defaults: Pong, SimpleConvNetAgent, T=20, B=32, 8 environments per
+actor.
 
 In one run, each stage alone in this process (agent steps/s, best of repeated windows):
   env        the actors' vector environment (actor.create_env), random actions;
   inference  tf.function(agent.__call__) at batch --num_envs_per_actor, outputs to numpy, as
              the actor calls it;
-  learner    the Learner's own train step (V-trace loss, gradients, RMSProp) on synthetic
+  learner    the learner's train step (train_step.train_step: V-trace loss, gradients,
+             optimizer) on synthetic
              batches of B unrolls of T steps, fed as numpy arrays as dequeued.
 All stages share the same cores, so an agent step costs at least the sum of the stages' times:
   ceiling = 1 / (1/env + 1/inference + 1/learner).
@@ -24,6 +25,7 @@ consumed by the learners over all ranks. Printed: a table and, last, one JSON li
 """
 
 import datetime
+import functools
 import json
 import os
 import re
@@ -36,11 +38,13 @@ import psutil
 import tensorflow as tf
 from absl import app, flags
 
+import config as config_lib
+import local_cluster
+import train_step
 import unrolls
 from actor import create_env
 from bench import cluster
 from experiment import build_agent
-from learner import Learner
 
 flags.DEFINE_integer("actors", 2, "Actors (over all learners) of the default configuration.")
 flags.DEFINE_integer("learners", 1, "Learners of the default configuration.")
@@ -83,15 +87,13 @@ def steps_per_second(step, steps_per_call, window_secs, repeats):
     }
 
 
-def measure_stages(window_secs, repeats, logdir):
+def measure_stages(config, window_secs, repeats):
     """Agent steps/s of the env, inference and learner stages, each alone in this process."""
-    num_envs, rng = FLAGS.num_envs_per_actor, np.random.default_rng(FLAGS.seed)
-    agent, observation_spec, num_actions, frames_per_step = build_agent(
-        FLAGS.level_name, FLAGS.agent_name, FLAGS
-    )
+    num_envs, rng = config.num_envs_per_actor, np.random.default_rng(config.seed)
+    agent, observation_spec, num_actions, frames_per_step = build_agent(config)
     stages = {"load_average": cluster.wait_for_quiet_machine()}
 
-    env = create_env(FLAGS, "bench")
+    env = create_env(config, "bench")
     env_output = env.initial()
     try:
         stages["env"] = steps_per_second(
@@ -109,14 +111,15 @@ def measure_stages(window_secs, repeats, logdir):
 
     stages["inference"] = steps_per_second(inference_step, num_envs, window_secs, repeats)
 
-    FLAGS.logdir = logdir  # The Learner's checkpointer points there; nothing is saved.
-    learner = Learner(FLAGS, hvd, agent, None, frames_per_step)  # no transport: no run()
+    optimizer = train_step.make_optimizer(config, tf.Variable(config.learning_rate))
+    train_step.create_optimizer_state(optimizer, agent)
+    step = tf.function(functools.partial(train_step.train_step, agent, optimizer, config, hvd))
     batch = unrolls.random_unroll(
-        agent, observation_spec, num_actions, FLAGS.batch_size, FLAGS.unroll_length, rng
+        agent, observation_spec, num_actions, config.batch_size, config.unroll_length, rng
     )
     stages["learner"] = steps_per_second(
-        lambda: learner._train_step(batch)["total"].numpy(),
-        FLAGS.batch_size * FLAGS.unroll_length,
+        lambda: step(batch)["total"].numpy(),
+        config.batch_size * config.unroll_length,
         window_secs,
         repeats,
     )
@@ -128,8 +131,7 @@ def measure_stages(window_secs, repeats, logdir):
 
 
 _PROGRESS_LINE = re.compile(
-    r"^I(\d{4}) (\d\d:\d\d:\d\d\.\d+) .*\[learner rank 0/\d+\] frames (\d+) .*\| queue (\d+)/",
-    re.MULTILINE,
+    r"^I(\d{4}) (\d\d:\d\d:\d\d\.\d+) .*\] frames (\d+) \(.*\| queue (\d+)/", re.MULTILINE
 )
 
 
@@ -154,17 +156,18 @@ def cpu_seconds(processes):
     return sum(p.cpu_times().user + p.cpu_times().system for p in processes)
 
 
-def measure_system(num_learners, num_actors, frames_per_step, warmup_secs, window_secs, run_dir):
+def measure_system(
+    config, num_learners, num_actors, frames_per_step, warmup_secs, window_secs, run_dir
+):
     """Runs the real system; its agent steps/s over the window, CPU use and peak RSS."""
     load_average = cluster.wait_for_quiet_machine()
-    flag_args = cluster.forwarded_flags(
-        {
-            "logdir": os.path.join(run_dir, "logdir"),
-            "total_environment_frames": 10**12,
-            "log_secs": LOG_SECS,
-        }
+    flag_args = cluster.worker_flags(
+        config,
+        logdir=os.path.join(run_dir, "logdir"),
+        total_environment_frames=10**12,
+        log_secs=LOG_SECS,
     )
-    with cluster.WorkerSets(num_learners, num_actors, flag_args, run_dir) as workers:
+    with local_cluster.WorkerSets(num_learners, num_actors, flag_args, run_dir) as workers:
         deadline = time.monotonic() + STARTUP_TIMEOUT_SECS
         while len(progress_points(workers.learner_log())) < 2:  # the first step is tracing
             workers.check_running()
@@ -225,13 +228,16 @@ def table_rows():
 
 def main(argv):
     del argv
-    hvd.init()  # one rank: the Learner's train step runs without mpirun
+    hvd.init()  # one rank: the learner's train step runs without mpirun
+    local_cluster.exit_cleanly_on_termination()
+    config = config_lib.from_flags(FLAGS)
     stage_secs, repeats, warmup_secs, window_secs = QUICK if FLAGS.quick else FULL
     work_dir = tempfile.mkdtemp(prefix="impala_bench_throughput_")  # kept: the workers' logs
     print(f"logs and summaries in {work_dir}", flush=True)
-    stages, frames_per_step = measure_stages(stage_secs, repeats, os.path.join(work_dir, "stages"))
+    stages, frames_per_step = measure_stages(config, stage_secs, repeats)
     results = [
         measure_system(
+            config,
             learners,
             actors,
             frames_per_step,

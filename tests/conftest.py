@@ -4,7 +4,7 @@ import sys
 
 import pytest
 
-from tests import processes
+import local_cluster
 
 
 @pytest.fixture
@@ -13,7 +13,7 @@ def start(tmp_path):
     started = []
 
     def run(argv, name, env=None):
-        process = processes.Process(argv, tmp_path / f"{name}.log", env=env)
+        process = local_cluster.Process(argv, tmp_path / f"{name}.log", env=env)
         started.append(process)
         return process
 
@@ -27,6 +27,6 @@ def spawn(start):
     """spawn(args, name, env=None): experiment.py with `args` (list of --flag=value)."""
 
     def run(args, name, env=None):
-        return start([sys.executable, processes.EXPERIMENT, *args], name, env=env)
+        return start([sys.executable, local_cluster.EXPERIMENT, *args], name, env=env)
 
     return run

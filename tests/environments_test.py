@@ -10,6 +10,8 @@ import pytest
 import environments
 
 gym.register_envs(ale_py)
+# Without no-ops a game's start is deterministic, so two implementations can be compared.
+BREAKOUT_NO_NOOPS = environments.AtariSettings("BreakoutNoFrameskip-v4", noop_max=0)
 
 
 def run(env, actions):
@@ -92,7 +94,7 @@ def test_atari_observations(width, height):
 
 def test_atari_frames_match_raw_ale_reference():
     """Action repeat 4, max of the last two frames, INTER_AREA resize, stack of 4; raw rewards."""
-    env = environments.AtariEnvironment("BreakoutNoFrameskip-v4", 0, noop_max=0)
+    env = environments.AtariEnvironment(BREAKOUT_NO_NOOPS, 0)
     reference = gym.make(
         "ALE/Breakout-v5", frameskip=1, repeat_action_probability=0.0, obs_type="grayscale"
     )
@@ -177,7 +179,9 @@ def test_episodic_life_in_training_only():
 
 def test_atari_auto_reset_observation_is_the_new_games_first():
     def new_env():
-        return environments.AtariEnvironment("Breakout-v4", 0, is_test=True, noop_max=0)
+        return environments.AtariEnvironment(
+            environments.AtariSettings("Breakout-v4", is_test=True, noop_max=0), 0
+        )
 
     env = new_env()
     env.initial()
@@ -194,9 +198,9 @@ def test_atari_auto_reset_observation_is_the_new_games_first():
 
 def test_vector_env_matches_single_envs():
     """ale-py's C++ vector env (the training path) against B Python AtariEnvironments."""
-    vector = environments.AtariVectorEnvironment("BreakoutNoFrameskip-v4", 2, 0, noop_max=0)
+    vector = environments.AtariVectorEnvironment(BREAKOUT_NO_NOOPS, 2, 0)
     singles = environments.BatchedEnvironment(
-        [environments.AtariEnvironment("BreakoutNoFrameskip-v4", i, noop_max=0) for i in range(2)]
+        [environments.AtariEnvironment(BREAKOUT_NO_NOOPS, i) for i in range(2)]
     )
     assert (vector.num_actions, vector.observation_spec) == (4, ((84, 84, 4), np.uint8))
     assert_outputs_equal(singles.initial(), vector.initial())

@@ -6,8 +6,12 @@ JSON line (its argv, cwd and the environment the launch script set), then:
            actor that says hello;
   actor:   connects to --learner_host (retrying while it is not up yet) and says
            'hello from actor <task> (<its --actor_hosts entry>)'.
-It runs for --total_environment_frames milliseconds (at most 120 s), then exits 0; with
-CUDA_VISIBLE_DEVICES=fail (a CSV value) it exits 3 at once, like a worker that cannot start.
+It runs for --total_environment_frames milliseconds (at most 120 s), then exits 0.
+
+A test makes a worker end when it wants by writing the file `exit-<address>` (the worker's own
+host:port: --learner_host for a learner, its --actor_hosts entry for an actor) into that
+directory, holding an exit status: the worker exits with it at once, or as soon as the file
+appears (checked every 0.2 s). The file stays, so a restarted worker exits the same way at once.
 """
 
 import contextlib
@@ -19,16 +23,25 @@ import threading
 import time
 
 
+def exit_if_told(address):
+    """Exits with the status in ./exit-<address> if that file exists."""
+    path = f"exit-{address}"
+    if os.path.exists(path):
+        with open(path) as f:
+            status = int(f.read().strip() or 0)
+        print(f"fake worker: {path} says exit {status}", flush=True)
+        sys.exit(status)
+
+
 def main():
     flags = dict(arg[2:].partition("=")[::2] for arg in sys.argv[1:] if arg.startswith("--"))
     deadline = time.monotonic() + min(int(flags["total_environment_frames"]) / 1000, 120)
     environment = {k: os.environ.get(k) for k in ("CUDA_VISIBLE_DEVICES", "OMPI_COMM_WORLD_RANK")}
     report = {"argv": sys.argv[1:], "cwd": os.getcwd(), "pid": os.getpid(), "env": environment}
     print(json.dumps(report), flush=True)
-    if environment["CUDA_VISIBLE_DEVICES"] == "fail":
-        sys.exit(3)
     host, port = flags["learner_host"].rsplit(":", 1)
     if flags["job_name"] == "learner":
+        exit_if_told(flags["learner_host"])
         server = socket.create_server((host, int(port)), reuse_port=True)
         server.settimeout(0.2)
 
@@ -37,11 +50,13 @@ def main():
                 print(f"learner got: {connection.makefile().readline().strip()}", flush=True)
 
         while time.monotonic() < deadline:
+            exit_if_told(flags["learner_host"])
             with contextlib.suppress(TimeoutError):  # Only so the deadline is checked.
                 threading.Thread(target=greet, args=(server.accept()[0],), daemon=True).start()
     else:
         task = int(flags["task"])
         me = flags["actor_hosts"].split(",")[task]
+        exit_if_told(me)
         while time.monotonic() < deadline:
             try:
                 with socket.create_connection((host, int(port)), timeout=1) as connection:
@@ -49,8 +64,11 @@ def main():
                 print("actor said hello", flush=True)
                 break
             except OSError:
+                exit_if_told(me)
                 time.sleep(0.2)
-        time.sleep(max(0.0, deadline - time.monotonic()))
+        while time.monotonic() < deadline:
+            exit_if_told(me)
+            time.sleep(0.2)
 
 
 if __name__ == "__main__":

@@ -1,19 +1,13 @@
 """Shared by horovod_test and its mpirun worker: the agent, a random batch, the loss config."""
 
-import collections
-
 import numpy as np
 
 import agents
+import config
 import unrolls
 
 NUM_ACTIONS, OBSERVATION_SPEC, BATCH_SIZE, UNROLL_LENGTH = 2, ((4,), np.float32), 4, 5
-LossConfig = collections.namedtuple(
-    "LossConfig", "discounting reward_clipping baseline_cost entropy_cost"
-)
-LOSS_CONFIG = LossConfig(
-    discounting=0.99, reward_clipping="abs_one", baseline_cost=0.5, entropy_cost=0.01
-)
+LOSS_CONFIG = config.Config()  # the default loss settings
 
 
 def build_agent():

@@ -16,14 +16,14 @@ import horovod.tensorflow as hvd
 import numpy as np
 import tensorflow as tf
 
-from learner import loss_gradients
 from tests.horovod_gradient_check import LOSS_CONFIG, build_agent, random_unroll
+from train_step import loss_gradients
 
 NUM_RANKS = 2
 
 
 def gradients_on(agent, unroll):
-    gradients, _, _ = tf.function(lambda u: loss_gradients(agent, u, LOSS_CONFIG, hvd))(unroll)
+    gradients, _, _, _ = tf.function(lambda u: loss_gradients(agent, u, LOSS_CONFIG, hvd))(unroll)
     return [g.numpy() for g in gradients]
 
 

@@ -1,12 +1,14 @@
-"""learner.BatchPrefetcher on a real transport: batches arrive, and a failure reaches the caller."""
+"""prefetch.BatchPrefetcher on a real transport: batches arrive; the end of training and a
+failure are told apart, wherever the prefetch thread happens to be when they come."""
 
-import time
+import threading
 
 import numpy as np
 import pytest
+import tensorflow as tf
 
-import learner
-from tests.transport_test import UNROLL_SPEC, start_learner_and_actor, unrolls
+import prefetch
+from tests.loopback_transport import UNROLL_SPEC, start_learner_and_actor, unrolls
 
 
 @pytest.fixture
@@ -18,20 +20,76 @@ def learner_and_actor():
     actor_side.session.close()
 
 
-def test_prefetcher_delivers_batches_then_raises_the_threads_failure(learner_and_actor):
-    learner_side, actor_side = learner_and_actor
-    prefetcher = learner.BatchPrefetcher(learner_side, batch_size=2)
-    try:
-        actor_side.enqueue(UNROLL_SPEC.flatten(unrolls(2, 0)))
-        batch = UNROLL_SPEC.pack(prefetcher.get(timeout_secs=30, should_stop=lambda: False))
-        np.testing.assert_array_equal(batch.reward, unrolls(2, 0).reward)
+class _Gate:
+    """Wraps the learner's transport: its next dequeue blocks until the test opens the gate,
+    then fails with `error` (if given). Tells the test when the thread is waiting at it."""
 
-        # The thread's next dequeue fails (its session is gone): the next get() says so at
-        # once instead of waiting out its timeout as if the actors had stopped sending.
+    def __init__(self, transport, error=None):
+        self._transport = transport
+        self._error = error
+        self.waiting = threading.Event()
+        self.open = threading.Event()
+
+    def dequeue(self, batch_size, timeout_ms):
+        self.waiting.set()
+        self.open.wait()
+        if self._error is not None:
+            raise self._error
+        return self._transport.dequeue(batch_size, timeout_ms)
+
+
+def never():
+    return False
+
+
+def test_prefetcher_delivers_a_batch_then_returns_none_once_the_queue_is_closed(
+    learner_and_actor,
+):
+    learner_side, actor_side = learner_and_actor
+    prefetcher = prefetch.BatchPrefetcher(learner_side, batch_size=2)
+    try:
+        actor_side.enqueue(tf.nest.flatten(unrolls(2, 0)))
+        batch = UNROLL_SPEC.pack(prefetcher.get(timeout_secs=60, should_stop=never))
+        np.testing.assert_array_equal(batch.reward, unrolls(2, 0).reward)
+        learner_side.finish()  # closes the queue: training is over, not a failure
+        assert prefetcher.get(timeout_secs=600, should_stop=never) is None
+    finally:
+        prefetcher.stop()
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        # The session closed under a running dequeue (what closing it mid-call raises)...
+        tf.errors.CancelledError(None, None, "Run call was cancelled"),
+        # ...or before the next one.
+        RuntimeError("Attempted to use a closed Session."),
+    ],
+    ids=["cancelled", "closed"],
+)
+def test_prefetcher_raises_when_the_session_fails_under_it(learner_and_actor, error):
+    learner_side, _ = learner_and_actor
+    gate = _Gate(learner_side, error)
+    prefetcher = prefetch.BatchPrefetcher(gate, batch_size=2)
+    try:
+        assert gate.waiting.wait(timeout=60)
+        gate.open.set()
+        with pytest.raises(prefetch.PrefetchError, match=type(error).__name__):
+            prefetcher.get(timeout_secs=600, should_stop=never)
+    finally:
+        prefetcher.stop()
+
+
+def test_a_real_closed_session_is_a_failure(learner_and_actor):
+    """The real thing: the learner's session is closed while the thread waits to dequeue."""
+    learner_side, _ = learner_and_actor
+    gate = _Gate(learner_side)
+    prefetcher = prefetch.BatchPrefetcher(gate, batch_size=2)
+    try:
+        assert gate.waiting.wait(timeout=60)
         learner_side.session.close()
-        start = time.monotonic()
-        with pytest.raises(learner.PrefetchError, match="closed Session"):
-            prefetcher.get(timeout_secs=60, should_stop=lambda: False)
-        assert time.monotonic() - start < 20
+        gate.open.set()
+        with pytest.raises(prefetch.PrefetchError, match="closed Session"):
+            prefetcher.get(timeout_secs=600, should_stop=never)
     finally:
         prefetcher.stop()

@@ -96,3 +96,18 @@ def test_clip_rewards_soft_asymmetric():
 def test_clip_rewards_unknown_mode_lists_valid_modes():
     with pytest.raises(ValueError, match=r"'abs'.*'abs_one', 'soft_asymmetric'"):
         losses.clip_rewards(REWARDS, "abs")
+
+
+def test_unroll_weights_scale_each_unrolls_terms():
+    """Importance weights [B] multiply every term of their unroll (all of its T steps)."""
+    logits, actions, advantages = random_batch(seed=7)
+    weights = np.array([1.0, 0.5, 0.0, 2.0], np.float32)
+    for loss, args in (
+        (losses.policy_gradient_loss, (logits, actions, advantages)),
+        (losses.baseline_loss, (advantages,)),
+        (losses.entropy_loss, (logits,)),
+    ):
+        weighted = float(loss(*args, unroll_weights=weights))
+        per_unroll = [float(loss(*(a[:, b : b + 1] for a in args))) for b in range(BATCH_SIZE)]
+        np.testing.assert_allclose(weighted, np.dot(weights, per_unroll), rtol=1e-5)
+        np.testing.assert_allclose(float(loss(*args, unroll_weights=np.ones(4))), loss(*args))

@@ -1,4 +1,4 @@
-"""Remote hosts for launch tests: network namespaces, each with a real sshd (DESIGN.md, section 3).
+"""Remote hosts for launch tests: network namespaces, each with a real sshd.
 
 Host i is the namespace `NAME` joined to this machine by a veth pair: this side has
 10.A.B.1/24, the namespace side 10.A.B.2/24 and a default route back through it, so processes in
@@ -7,6 +7,9 @@ random among private /24s this machine has no route to. Each namespace runs
 `/usr/sbin/sshd -D` with a throwaway host key; it accepts the test's user key (for root) and
 passwords (for the throwaway user). Namespaces share this machine's PIDs and files, so a test
 can check "remote" processes with psutil and read "remote" files directly.
+
+sshd needs `/run/sshd` to exist, `UsePAM no` outside a login environment, and `StrictModes no`
+because the keys live under a world-writable /tmp.
 
 Everything is undone by `close()`, which each step registers as it goes, so a failure half-way
 still cleans up what was made.

@@ -5,6 +5,9 @@ learner prints each actor's hello, which shows the worker sets were wired as pla
 end-to-end tests at the bottom run the real experiment.py. Remote hosts are network namespaces
 with sshd (tests/netns_sshd.py). Processes of a run are found by the IMPALA_RUN_ID its launch
 scripts export; every run is stopped, and anything left of it killed by PID, at teardown.
+
+The supervision tests run the frontend with --follow in the background and break its run on
+purpose: SIGKILL to a worker, or a fake worker told to exit (tell_exit) when the test wants.
 """
 
 import contextlib
@@ -13,6 +16,7 @@ import os
 import pathlib
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -23,10 +27,10 @@ import libtmux
 import psutil
 import pytest
 
+import config
 import launcher
-import training_flags
+from local_cluster import free_ports
 from tests import netns_sshd
-from tests.netutil import free_ports
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
 FRONTEND = str(REPO / "run_experiment_mm_raw.py")
@@ -59,6 +63,14 @@ def fake_repo(directory):
     directory.mkdir(mode=0o755)
     shutil.copy(pathlib.Path(__file__).with_name("fake_worker.py"), directory / "experiment.py")
     return str(directory)
+
+
+def tell_exit(repo, address, status):
+    """Makes the fake worker at `address` (host:port) exit with `status`, now or at its start."""
+    path = pathlib.Path(repo, f"exit-{address}")
+    temporary = path.with_name(path.name + ".tmp")
+    temporary.write_text(str(status))
+    temporary.rename(path)  # Never read half-written.
 
 
 def run_id_of(out):
@@ -128,13 +140,18 @@ def runs(tmux_socket):
 
     yield run
     for logdir, run_id in started:
-        if pathlib.Path(logdir, "launch", "run_state.json").exists():
-            frontend(f"--logdir={logdir}", "--stop", "--stop_timeout_secs=2", timeout=60)
-        leftovers = run_processes(run_id)
-        for process in leftovers:
-            with contextlib.suppress(psutil.Error):
-                process.kill()
-        psutil.wait_procs(leftovers, timeout=10)
+        undo_run(logdir, run_id)
+
+
+def undo_run(logdir, run_id):
+    """Stops the run if it is still recorded, then kills anything left of it."""
+    if pathlib.Path(logdir, "launch", "run_state.json").exists():
+        frontend(f"--logdir={logdir}", "--stop", "--stop_timeout_secs=2", timeout=60)
+    leftovers = run_processes(run_id)
+    for process in leftovers:
+        with contextlib.suppress(psutil.Error):
+            process.kill()
+    psutil.wait_procs(leftovers, timeout=10)
 
 
 def local_csv(tmp_path, cuda=("", "", "")):
@@ -238,7 +255,7 @@ def test_dry_run_prints_plan_and_every_command_with_secrets_masked(tmp_path, tmu
     for command, (name, start) in zip(commands, expected.items(), strict=False):
         # Drop the exports that follow CUDA_VISIBLE_DEVICES (PYTHONUNBUFFERED, the run id).
         assert re.sub(r" PYTHONUNBUFFERED=1 IMPALA_RUN_ID=\S+", "", command).startswith(start), name
-        for flag in training_flags.TRAINING_FLAG_NAMES:  # The one list, forwarded to all.
+        for flag in config.NAMES:  # Every field of the config, forwarded to all.
             assert re.search(rf" --(no)?{flag}(=| |$)", command), (name, flag)
         assert (
             "--level_name=CartPole-v1" in command and "--total_environment_frames=1234" in command
@@ -327,9 +344,10 @@ def test_killing_a_window_or_the_run_kills_its_processes(tmp_path, runs, tmux_so
 
 
 def test_failed_actor_is_reported_and_stops_the_run_unless_tolerated(tmp_path, runs):
-    path, ports = local_csv(tmp_path, cuda=("", "fail", ""))  # Row 4 exits 3 at once.
+    path, ports = local_csv(tmp_path)
     logdir = tmp_path / "logdir"
     flags = [f"--workers_csv_path={path}", *fake_run_flags(tmp_path, 60_000)]
+    tell_exit(tmp_path / "repo", f"localhost:{ports[3]}", 3)  # Row 4 exits 3 at once.
     code, out, err = runs(logdir, *flags)
     assert code == 1, out + err
     assert "Failed workers: 1" in out
@@ -337,7 +355,7 @@ def test_failed_actor_is_reported_and_stops_the_run_unless_tolerated(tmp_path, r
         f"  actor-1-0 (row 4, this host, tf localhost:{ports[3]}): exited with status 3 within "
         "1.0 s;" in out
     ), out
-    assert '"CUDA_VISIBLE_DEVICES": "fail"' in out  # The end of its log, to see why.
+    assert f"fake worker: exit-localhost:{ports[3]} says exit 3" in out  # Its log's end: why.
     assert "stopping everything it started" in out
     assert run_processes(run_id_of(out)) == []
     assert not (logdir / "launch" / "run_state.json").exists()
@@ -588,9 +606,358 @@ def test_follow_prints_learner_progress_and_cleans_up_after_training(tmp_path, r
     logdir = tmp_path / "logdir"
     code, out, err = runs(logdir, f"--workers_csv_path={path}", "--follow", *CARTPOLE, timeout=600)
     assert code == 0, out + err
+    # One progress line per interval with the global figures (rank 0), not one per rank.
+    assert re.search(r"\] frames \d+ \(.*\| return", out) and "[learner rank 1/2] frames" not in out
     for rank in (0, 1):
-        assert f"[learner rank {rank}/2] frames" in out
         assert f"[learner rank {rank}/2] stopped at" in out
     assert "The learners exited with status 0: stopping what is left of the run." in out
     assert not (logdir / "launch" / "run_state.json").exists()
     assert run_processes(run_id_of(out)) == []
+
+
+# Supervision: --follow restarts failed workers (supervisor.py).
+
+
+class Following:
+    """A frontend started with --follow in the background; its output read as it grows."""
+
+    def __init__(self, directory, args):
+        self.out_path, self.err_path = directory / "frontend.out", directory / "frontend.err"
+        with open(self.out_path, "w") as out, open(self.err_path, "w") as err:
+            self.popen = subprocess.Popen(
+                [sys.executable, FRONTEND, "--follow", *args],
+                stdout=out,
+                stderr=err,
+                cwd=REPO,
+                start_new_session=True,  # Only the signals a test sends reach it.
+            )
+
+    def out(self):
+        return self.out_path.read_text(errors="replace")
+
+    def err(self):
+        return self.err_path.read_text(errors="replace")
+
+    def run_id(self):
+        found = re.match(r"Run (\S+): ", self.out())
+        return found and found.group(1)
+
+    def wait_for(self, pattern, timeout, count=1):
+        """Waits (bounded) until `pattern` (a regex) matched `count` times in the output."""
+
+        def seen():
+            if self.popen.poll() is not None and len(re.findall(pattern, self.out(), re.M)) < count:
+                raise AssertionError(
+                    f"exited ({self.popen.returncode}) before {pattern!r}:\n"
+                    + self.out()[-5000:]
+                    + self.err()[-3000:]
+                )
+            return len(re.findall(pattern, self.out(), re.M)) >= count
+
+        wait_until(seen, timeout, f"{pattern!r} x{count} in the frontend's output")
+
+    def wait(self, timeout):
+        """Its exit code; fails (with its output's end) if it runs longer than `timeout` s."""
+        try:
+            return self.popen.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            raise AssertionError(
+                f"frontend still running after {timeout} s:\n{self.out()[-5000:]}"
+            ) from None
+
+
+@pytest.fixture
+def follows(tmux_socket, tmp_path):
+    """follow(logdir, *args): the frontend with --follow, started in the background.
+
+    At teardown: killed if still running, then its run stopped and anything left killed.
+    """
+    started = []  # (Following, logdir)
+
+    def follow(logdir, *args):
+        directory = tmp_path / f"frontend-{len(started)}"
+        directory.mkdir()
+        following = Following(
+            directory, [f"--logdir={logdir}", f"--tmux_socket_name={tmux_socket}", *args]
+        )
+        started.append((following, logdir))
+        return following
+
+    yield follow
+    for following, logdir in started:
+        if following.popen.poll() is None:
+            following.popen.kill()
+            following.popen.wait(timeout=10)
+        if following.run_id():
+            undo_run(logdir, following.run_id())
+
+
+def supervision_flags(backoff=0.5, max_restarts=5):
+    return [f"--restart_backoff_secs={backoff}", f"--max_restarts={max_restarts}"]
+
+
+def restart_lines(out):
+    return [line for line in out.splitlines() if ": restarting it in " in line]
+
+
+def check_stopped(logdir, run_id, tmux_socket):
+    """Nothing of the run is left: no process, no tmux session, no run-state file."""
+    wait_until(lambda: run_processes(run_id) == [], 30, "the run's processes to end")
+    server = libtmux.Server(socket_name=tmux_socket)
+    assert not (server.is_alive() and server.has_session(SESSION))
+    assert not (pathlib.Path(logdir) / "launch" / "run_state.json").exists()
+
+
+def pane_pid(tmux_socket, window):
+    session = launcher.tmux_server(tmux_socket).sessions.get(session_name=SESSION)
+    return int(session.windows.get(window_name=window).panes[0].pane_pid)
+
+
+def test_follow_gives_up_on_an_actor_that_keeps_crashing(tmp_path, follows, tmux_socket):
+    """A worker's restart budget spent: the run is torn down, the error says who and why."""
+    path, ports = local_csv(tmp_path)
+    logdir = tmp_path / "logdir"
+    following = follows(
+        logdir,
+        f"--workers_csv_path={path}",
+        *fake_run_flags(tmp_path, 120_000),
+        *supervision_flags(max_restarts=2),
+    )
+    following.wait_for("^Following ", 60)
+    run_id = following.run_id()
+    wait_until(lambda: "actor said hello" in log_text(logdir, "actor-0-1"), 30, "actor-0-1")
+    tell_exit(tmp_path / "repo", f"localhost:{ports[4]}", 1)  # From now on, always exits 1.
+
+    assert following.wait(120) == 1
+    out, err = following.out(), following.err()
+    lines = restart_lines(out)
+    assert len(lines) == 2, out
+    for line, (n, delay) in zip(lines, [(1, 0.5), (2, 1)], strict=True):
+        assert re.search(
+            rf"\] actor-0-1 \(this host\) exited with status 1: restarting it in {delay:g} s "
+            rf"\(restart {n}; {n} of at most 2 within 600 s\)$",
+            line,
+        ), line
+    log = logdir / "launch" / "actor-0-1.log"
+    assert (
+        "ERROR: actor-0-1 (this host) exited with status 1, after 2 restarts within 600 s "
+        f"(--max_restarts=2, --restart_window_secs=600): giving up. The end of its log {log}:"
+        in err
+    ), err
+    # The end of its log: the reason it exited, three times (first run and two restarts).
+    assert err.count(f"fake worker: exit-localhost:{ports[4]} says exit 1") == 3, err
+    assert "Stopping the whole run." in err
+    assert f"Killed tmux session '{SESSION}'" in out
+    check_stopped(logdir, run_id, tmux_socket)
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP])
+def test_follow_sigterm_or_sighup_stops_the_whole_run(tmp_path, follows, tmux_socket, signum):
+    """A batch scheduler's SIGTERM, a closed terminal's SIGHUP: no worker of the run is left."""
+    path, _ = local_csv(tmp_path)
+    logdir = tmp_path / "logdir"
+    following = follows(logdir, f"--workers_csv_path={path}", *fake_run_flags(tmp_path, 120_000))
+    following.wait_for("^Following ", 60)
+    run_id = following.run_id()
+    wait_until(lambda: len(run_processes(run_id)) == 12, 30, "every worker of the run")
+    following.popen.send_signal(signum)
+
+    assert following.wait(60) == 128 + signum
+    assert f"{signal.Signals(signum).name} received: stopping the whole run." in following.err()
+    assert f"Killed tmux session '{SESSION}'" in following.out()
+    assert restart_lines(following.out()) == []
+    check_stopped(logdir, run_id, tmux_socket)
+
+
+def test_follow_does_not_fight_stop_and_ctrl_c_leaves_the_run_going(
+    tmp_path, follows, runs, tmux_socket
+):
+    path, _ = local_csv(tmp_path)
+    flags = [f"--workers_csv_path={path}", *fake_run_flags(tmp_path, 120_000)]
+    # --stop from another terminal: the follower stops supervising, restarts nothing.
+    logdir = tmp_path / "logdir"
+    following = follows(logdir, *flags)
+    following.wait_for("^Following ", 60)
+    run_id = following.run_id()
+    code, out, err = frontend(f"--logdir={logdir}", "--stop")
+    assert code == 0, out + err
+    assert following.wait(60) == 1
+    assert "The run was stopped from elsewhere: " in following.err()
+    assert restart_lines(following.out()) == []
+    check_stopped(logdir, run_id, tmux_socket)
+
+    # Ctrl-C: stops following only; the run goes on.
+    logdir = tmp_path / "logdir2"
+    following = follows(logdir, *flags)
+    following.wait_for("^Following ", 60)
+    run_id = following.run_id()
+    following.popen.send_signal(signal.SIGINT)
+    assert following.wait(60) == 0
+    assert "Stopped following; the run goes on, unsupervised" in following.out()
+    assert len(run_processes(run_id)) == 12
+    assert (logdir / "launch" / "run_state.json").exists()
+    code, out, err = frontend(f"--logdir={logdir}", "--stop")
+    assert code == 0, out + err
+    check_stopped(logdir, run_id, tmux_socket)
+
+
+def test_follow_restarts_a_killed_remote_actor_over_ssh(tmp_path, hosts, follows, tmux_socket):
+    key = ("root", "", hosts.user_key)
+    path, ports = remote_csv(tmp_path / "w.csv", hosts, key)
+    logdir = tmp_path / "logdir"
+    host = hosts.hosts[0]
+    following = follows(
+        logdir,
+        f"--workers_csv_path={path}",
+        f"--known_hosts={hosts.write_known_hosts(tmp_path / 'known_hosts')}",
+        *fake_run_flags(tmp_path, 120_000),
+        *supervision_flags(),
+    )
+    following.wait_for("^Following ", 60)
+    run_id = following.run_id()
+    wait_until(lambda: log_text(logdir, "learner-0").count("learner got") == 1, 30, "a hello")
+    state_path = logdir / "launch" / "run_state.json"
+    (entry,) = json.loads(state_path.read_text())["remote"]
+    os.kill(entry["pid"], signal.SIGKILL)
+
+    following.wait_for(
+        rf"\] actor-0-0 \(root@{re.escape(host.ip)} ssh port {host.ssh_port}\) was killed by "
+        r"signal 9 \(SIGKILL\): restarting it in 0.5 s \(restart 1; 1 of at most 5 within "
+        r"600 s\)$",
+        60,
+    )
+    # Started again over SSH, in its namespace, its new PID recorded; it says hello again.
+    wait_until(lambda: log_text(logdir, "learner-0").count("learner got") == 2, 60, "2 hellos")
+    (restarted,) = json.loads(state_path.read_text())["remote"]
+    assert restarted["pid"] != entry["pid"]
+    actor = psutil.Process(restarted["pid"])
+    assert "--job_name=actor" in actor.cmdline()
+    assert os.getpgid(actor.pid) == actor.pid
+    assert actor.environ()[launcher.RUN_ID_VARIABLE] == run_id
+    assert (
+        os.stat(f"/proc/{actor.pid}/ns/net").st_ino
+        == os.stat(f"/run/netns/{host.namespace}").st_ino
+    )
+
+    # The learner finishes (exit 0): the frontend stops the actor and exits 0.
+    tell_exit(tmp_path / "repo", f"{host.host_ip}:{ports[0]}", 0)
+    assert following.wait(60) == 0, following.out() + following.err()
+    out = following.out()
+    assert len(restart_lines(out)) == 1
+    assert "The learners exited with status 0: stopping what is left of the run." in out
+    assert f"actor-0-0 (PID {restarted['pid']} on root@{host.ip}): stopped." in out
+    check_stopped(logdir, run_id, tmux_socket)
+
+
+# Supervision end to end, with the real experiment.py.
+
+SUPERVISED_CARTPOLE = [
+    "--level_name=CartPole-v1",
+    "--agent_name=MLPAgent",
+    "--total_environment_frames=20000",
+    "--batch_size=4",
+    "--unroll_length=10",
+    "--num_envs_per_actor=2",
+    "--log_secs=1",
+    "--batch_timeout_secs=300",
+    "--learner_wait_secs=300",
+    "--startup_check_secs=2",
+    *supervision_flags(backoff=1),
+]
+PROGRESS = re.compile(r"\] frames (\d+) \(")
+
+
+@pytest.mark.slow
+def test_follow_restarts_a_killed_actor_and_training_completes(tmp_path, follows, tmux_socket):
+    """One learner, one actor: the learner trains on only after the restarted actor is back."""
+    ports = free_ports(2)
+    path = write_csv(
+        tmp_path / "w.csv", [("learner", "localhost", ports[0]), ("actor", "localhost", ports[1])]
+    )
+    logdir = tmp_path / "logdir"
+    following = follows(logdir, f"--workers_csv_path={path}", *SUPERVISED_CARTPOLE)
+    following.wait_for("^Following ", 120)
+    run_id = following.run_id()
+    wait_until(lambda: PROGRESS.search(log_text(logdir, "learner-0")), 300, "training")
+    actor = psutil.Process(pane_pid(tmux_socket, "actor-0-0"))  # The script exec'd the actor.
+    assert "--job_name=actor" in actor.cmdline()
+    assert "stopped at" not in log_text(logdir, "learner-0")  # Mid-run.
+    actor.kill()
+
+    following.wait_for(
+        r"\] actor-0-0 \(this host\) was killed by signal 9 \(SIGKILL\): restarting it in 1 s "
+        r"\(restart 1; 1 of at most 5 within 600 s\)$",
+        60,
+    )
+    assert following.wait(600) == 0, following.out()[-5000:] + following.err()
+    out = following.out()
+    assert len(restart_lines(out)) == 1
+    # The restarted actor connected and fed the learner (it has no other) up to the frame budget.
+    assert log_text(logdir, "actor-0-0").count("connected to learner") == 2
+    assert re.search(
+        r"stopped at \d+ environment frames \(frame budget reached\)",
+        log_text(logdir, "learner-0"),
+    )
+    assert "The learners exited with status 0: stopping what is left of the run." in out
+    check_stopped(logdir, run_id, tmux_socket)
+
+
+@pytest.mark.slow
+def test_follow_restarts_the_learners_from_their_checkpoint(tmp_path, follows, tmux_socket):
+    """A learner rank killed: mpirun ends, is restarted, rank 0 restores the last checkpoint."""
+    ports = free_ports(4)
+    rows = [("learner", "localhost", ports[0]), ("learner", "127.0.0.1", ports[1])]
+    rows += [("actor", "localhost", port) for port in ports[2:]]
+    path = write_csv(tmp_path / "w.csv", rows)
+    logdir = tmp_path / "logdir"
+    following = follows(
+        logdir, f"--workers_csv_path={path}", "--checkpoint_secs=1", *SUPERVISED_CARTPOLE
+    )
+    following.wait_for("^Following ", 120)
+    run_id = following.run_id()
+
+    def trained_since_a_checkpoint():
+        log = log_text(logdir, "learner-0")
+        return "saved checkpoint" in log and PROGRESS.search(log[log.index("saved checkpoint") :])
+
+    wait_until(trained_since_a_checkpoint, 300, "a checkpoint and training after it")
+    (rank1,) = [
+        p
+        for p in run_processes(run_id)
+        if "--job_name=learner" in p.cmdline() and p.environ().get("OMPI_COMM_WORLD_RANK") == "1"
+    ]
+    assert "stopped at" not in log_text(logdir, "learner-0")  # Mid-run.
+    rank1.kill()
+
+    following.wait_for(
+        # mpirun names the rank that failed first: usually rank 1, killed by signal 9.
+        r"\] learners \(mpirun on this host; ranks on this host\) exited with status [1-9]\d*"
+        r"( \(process rank \d .*\))?: restarting it in 1 s \(restart 1; 1 of at most 5 within "
+        r"600 s\)$",
+        120,
+    )
+    assert following.wait(900) == 0, following.out()[-5000:] + following.err()
+    assert len(restart_lines(following.out())) == 1
+
+    # Rank 0's log: its first run, then the restarted one, which begins by restoring.
+    log = log_text(logdir, "learner-0")
+    assert log.count("restored checkpoint") == 1, log[-5000:]
+    restart = log.index("restored checkpoint")
+    before, after = log[:restart], log[restart:]
+    assert "training from 0 to 20000 environment frames" in before
+    # It restored the newest checkpoint saved before the kill (or one it was saving then) ...
+    saved = [int(n) for n in re.findall(r"saved checkpoint \S+/ckpt-(\d+)", before)]
+    restored = int(re.match(r"restored checkpoint \S+/ckpt-(\d+)", after).group(1))
+    assert restored in (saved[-1], saved[-1] + 1), (restored, saved)
+    # ... and training resumed from its frame count: at least what was logged before that
+    # checkpoint, at most what was logged after it; then went on to the frame budget.
+    (resumed,) = map(int, re.findall(r"training from (\d+) to 20000 environment frames", after))
+    last_save = before.rindex("saved checkpoint")
+    logged_before = [int(f) for f in PROGRESS.findall(before[:last_save])]
+    logged_after = [int(f) for f in PROGRESS.findall(before[last_save:])]
+    assert resumed > 0 and all(frames <= resumed for frames in logged_before), logged_before
+    if logged_after and restored == saved[-1]:
+        assert resumed <= logged_after[0], (resumed, logged_after)
+    assert re.search(r"stopped at \d+ environment frames \(frame budget reached\)", after)
+    assert log_text(logdir, "learner-1").count(f"training from {resumed} to 20000") == 1
+    check_stopped(logdir, run_id, tmux_socket)

@@ -1,7 +1,6 @@
 """Transport over real TF servers on loopback: a learner and an actor, each with its own graph,
 session and server (in one test process; experiment_test runs them as separate processes)."""
 
-import collections
 import socket
 
 import numpy as np
@@ -9,23 +8,7 @@ import pytest
 import tensorflow as tf
 
 import transport
-from tests.netutil import free_ports
-
-Element = collections.namedtuple("Element", "observation reward")
-UNROLL_SPEC = transport.UnrollSpec(
-    Element(tf.TensorSpec([3, 2, 2], tf.uint8), tf.TensorSpec([3], tf.float32))
-)
-PARAMETER_SPECS = [((2, 3), tf.float32), ((4,), tf.float32)]
-
-
-def start_learner_and_actor():
-    """(learner, actor): Transports of one worker set on new loopback servers, queue of 8."""
-    learner_port, actor_port = free_ports(2)
-    spec = transport.cluster_spec(f"127.0.0.1:{learner_port}", [f"127.0.0.1:{actor_port}"])
-    servers = [transport.start_server(spec, "learner", 0), transport.start_server(spec, "actor", 0)]
-    learner = transport.Transport(servers[0], "learner", 0, PARAMETER_SPECS, UNROLL_SPEC, 8)
-    actor = transport.Transport(servers[1], "actor", 0, PARAMETER_SPECS, UNROLL_SPEC, 8)
-    return learner, actor
+from tests.loopback_transport import UNROLL_SPEC, start_learner_and_actor, unrolls
 
 
 @pytest.fixture(scope="module")
@@ -34,12 +17,6 @@ def learner_and_actor():
     yield learner, actor
     learner.session.close()
     actor.session.close()
-
-
-def unrolls(n, offset):
-    observation = (np.arange(n * 12).reshape(n, 3, 2, 2) + offset).astype(np.uint8)
-    reward = np.arange(n * 3, dtype=np.float32).reshape(n, 3) + offset
-    return Element(observation, reward)
 
 
 def test_parameters_and_unrolls_cross_between_processes_roles(learner_and_actor):
@@ -56,8 +33,8 @@ def test_parameters_and_unrolls_cross_between_processes_roles(learner_and_actor)
         np.testing.assert_array_equal(got, want)
 
     first, second = unrolls(3, 0), unrolls(2, 100)
-    actor.enqueue(UNROLL_SPEC.flatten(first))
-    actor.enqueue(UNROLL_SPEC.flatten(second))
+    actor.enqueue(tf.nest.flatten(first))
+    actor.enqueue(tf.nest.flatten(second))
     assert learner.queue_size() == 5
     batch = UNROLL_SPEC.pack(learner.dequeue(4, timeout_ms=5000))
     np.testing.assert_array_equal(
@@ -74,7 +51,7 @@ def test_parameters_and_unrolls_cross_between_processes_roles(learner_and_actor)
     learner.finish()
     assert actor.training_finished()
     with pytest.raises(tf.errors.CancelledError):
-        actor.enqueue(UNROLL_SPEC.flatten(first))
+        actor.enqueue(tf.nest.flatten(first))
 
 
 def test_bad_addresses_name_the_flag_and_value():

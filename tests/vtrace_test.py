@@ -154,6 +154,25 @@ def test_on_policy_vs_is_the_n_step_bootstrapped_return():
     np.testing.assert_allclose(returns.vs, expected, rtol=1e-5, atol=1e-5)
 
 
+def test_on_policy_trace_lambda_gives_the_lambda_return():
+    """rho = 1, c_i = lambda: v_s - V(x_s) = sum_{t>=s} (prod_{i<t} gamma_i lambda) delta_t,
+    the generalized advantage estimate of Schulman et al. (2016) with this lambda."""
+    num_steps, batch_size, trace_lambda = 8, 3, 0.9
+    inputs = random_unroll((num_steps, batch_size), seed=4)
+    inputs["log_rhos"] = np.zeros((num_steps, batch_size), np.float32)
+    rewards, discounts, values = inputs["rewards"], inputs["discounts"], inputs["values"]
+    next_values = np.concatenate([values[1:], inputs["bootstrap_value"][None]])
+    deltas = rewards + discounts * next_values - values
+    advantages = np.zeros((num_steps, batch_size))
+    following = np.zeros(batch_size)
+    for t in reversed(range(num_steps)):
+        following = deltas[t] + discounts[t] * trace_lambda * following
+        advantages[t] = following
+
+    returns = vtrace.from_importance_weights(**inputs, trace_lambda=trace_lambda)
+    np.testing.assert_allclose(returns.vs, values + advantages, rtol=1e-5, atol=1e-5)
+
+
 def test_episode_end_cuts_the_return_by_hand():
     """T=3, B=1, the episode ends at t=1: v = [1 + .5 * 2, 2, 3 + .5 * 10] whatever V is."""
     returns = vtrace.from_importance_weights(

@@ -73,6 +73,10 @@ ACTOR = "actor,localhost,9001,,,,"
         ([LEARNER, f"actor,{REMOTE},9001,,22,,pw"], 3, 2, "ssh_username", "needs a user"),
         ([LEARNER, f"actor,{REMOTE},9001,,22,bob,env:NO_SUCH"], 3, 2, "ssh_password", "NO_SUCH"),
         ([LEARNER, f"actor,{REMOTE},9001,,22,bob,pw,x"], 3, 2, "ssh_password", "8 values"),
+        ([LEARNER, "actor,localhost,9001,0;touch x,,,"], 3, 2, "cuda_visible_devices", "0;touch"),
+        ([LEARNER, "actor,localhost,9001,gpu0,,,"], 3, 2, "cuda_visible_devices", "device list"),
+        ([LEARNER, 'actor,localhost,9001,"0,,1",,,'], 3, 2, "cuda_visible_devices", "0,,1"),
+        ([LEARNER, 'actor,localhost,9001,"0, 1",,,'], 3, 2, "cuda_visible_devices", "0, 1"),
         # A loopback learner cannot be reached by its remote actors.
         ([LEARNER, f"actor,{REMOTE},9001,,22,bob,pw"], 2, 1, "ip", "loopback"),
     ],
@@ -139,3 +143,18 @@ def test_local_rows_need_no_ssh_fields_and_own_addresses_are_local(tmp_path):
     assert {"localhost", socket.gethostname(), "127.0.0.1"} <= workers_csv.local_addresses()
     assert workers_csv.is_local("127.0.0.2", frozenset())  # All of 127/8 is loopback.
     assert not workers_csv.is_local(REMOTE, workers_csv.local_addresses())
+
+
+def test_byte_order_mark_and_device_lists_are_accepted(tmp_path):
+    """Spreadsheet programs save CSVs with a UTF-8 byte-order mark; device lists may be given."""
+    path = tmp_path / "workers.csv"
+    rows = [
+        HEADER,
+        "learner,localhost,8001,0,,,",
+        'actor,localhost,9001,"0,1",,,',
+        "actor,localhost,9002,,,,",
+    ]
+    path.write_bytes("\ufeff".encode() + "\n".join(rows).encode() + b"\n")
+    (worker_set,) = load(str(path))
+    assert worker_set.learner.cuda_visible_devices == "0"
+    assert [a.cuda_visible_devices for a in worker_set.actors] == ["0,1", ""]

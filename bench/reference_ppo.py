@@ -1,0 +1,187 @@
+"""A known-good reference for Atari: PPO (Schulman et al. 2017) with the standard Atari settings,
+in PyTorch, on this project's own environment wrapper (`environments.create_vector_environment`).
+
+It exists to bisect a learning failure: if this learns Pong on our environments while our
+learner does not, the defect is on the learner's side; if this does not learn either, it is in
+the environment pipeline. Written from the PPO paper's Atari hyperparameters (Table 5) and the
+usual implementation details (orthogonal initialisation, GAE, advantage normalisation, clipped
+value loss, linearly annealed Adam), not copied from another code base.
+
+Run it in its own virtualenv (PyTorch must not enter the project's), see bench/reference_setup.sh:
+
+  bash bench/reference_setup.sh                   # /tmp/impala_reference_venv, once
+  /tmp/impala_reference_venv/bin/python bench/reference_ppo.py --frames=4000000 \\
+      [--level_name=PongNoFrameskip-v4] [--output=/tmp/impala_bench_learning/reference_ppo.csv]
+
+Prints one line every ~50K frames (frames, frames/s, mean return of the last 100 games, policy
+entropy as a fraction of its maximum) and writes `frames,episode_return` per finished game to
+--output, the same columns `bench.learning` reads.
+"""
+
+import argparse
+import collections
+import os
+import sys
+import time
+
+import numpy as np
+import torch
+from torch import nn
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import environments  # noqa: E402 - the project's own wrapper is what is under test.
+
+
+def orthogonal(layer, gain):
+    nn.init.orthogonal_(layer.weight, gain)
+    nn.init.zeros_(layer.bias)
+    return layer
+
+
+class NatureCNN(nn.Module):
+    """uint8 frames [N, 84, 84, 4] -> policy logits [N, A] and value [N]."""
+
+    def __init__(self, num_actions):
+        super().__init__()
+        relu_gain = np.sqrt(2)
+        self.torso = nn.Sequential(
+            orthogonal(nn.Conv2d(4, 32, 8, stride=4), relu_gain),
+            nn.ReLU(),
+            orthogonal(nn.Conv2d(32, 64, 4, stride=2), relu_gain),
+            nn.ReLU(),
+            orthogonal(nn.Conv2d(64, 64, 3, stride=1), relu_gain),
+            nn.ReLU(),
+            nn.Flatten(),
+            orthogonal(nn.Linear(64 * 7 * 7, 512), relu_gain),
+            nn.ReLU(),
+        )
+        self.policy = orthogonal(nn.Linear(512, num_actions), 0.01)
+        self.value = orthogonal(nn.Linear(512, 1), 1.0)
+
+    def forward(self, frames):
+        features = self.torso(frames.permute(0, 3, 1, 2).float() / 255.0)
+        return self.policy(features), self.value(features).squeeze(-1)
+
+
+def parse_args():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--level_name", default="PongNoFrameskip-v4")
+    parser.add_argument("--frames", type=int, default=4_000_000, help="environment frames")
+    parser.add_argument("--num_envs", type=int, default=8)
+    parser.add_argument("--num_steps", type=int, default=128, help="agent steps per env per update")
+    parser.add_argument("--learning_rate", type=float, default=2.5e-4)
+    parser.add_argument("--epochs", type=int, default=4)
+    parser.add_argument("--minibatches", type=int, default=4)
+    parser.add_argument("--clip", type=float, default=0.1)
+    parser.add_argument("--entropy_cost", type=float, default=0.01)
+    parser.add_argument("--value_cost", type=float, default=0.5)
+    parser.add_argument("--max_grad_norm", type=float, default=0.5)
+    parser.add_argument("--gamma", type=float, default=0.99)
+    parser.add_argument("--gae_lambda", type=float, default=0.95)
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--threads", type=int, default=os.cpu_count())
+    parser.add_argument("--output", default="/tmp/impala_bench_learning/reference_ppo.csv")
+    return parser.parse_args()
+
+
+def main():
+    args = parse_args()
+    torch.manual_seed(args.seed)
+    torch.set_num_threads(args.threads)
+    env = environments.create_vector_environment(args.level_name, args.num_envs, args.seed)
+    frames_per_step = environments.action_repeat(args.level_name)
+    net = NatureCNN(env.num_actions)
+    optimizer = torch.optim.Adam(net.parameters(), lr=args.learning_rate, eps=1e-5)
+    n, s = args.num_envs, args.num_steps
+    observations = torch.zeros((s, n, *env.observation_spec[0]), dtype=torch.uint8)
+    actions = torch.zeros((s, n), dtype=torch.long)
+    log_probs, rewards, dones, values = (torch.zeros((s, n)) for _ in range(4))
+    output = env.initial()
+    next_observation = torch.from_numpy(output.observation)
+    next_done = torch.zeros(n)
+    updates = args.frames // (n * s * frames_per_step)
+    frames, returns, games, start, next_log = 0, collections.deque(maxlen=100), [], time.time(), 0
+    os.makedirs(os.path.dirname(os.path.abspath(args.output)), exist_ok=True)
+    for update in range(updates):
+        for group in optimizer.param_groups:  # linear annealing to 0
+            group["lr"] = args.learning_rate * (1.0 - update / updates)
+        for step in range(s):
+            observations[step], dones[step] = next_observation, next_done
+            with torch.no_grad():
+                logits, value = net(next_observation)
+            distribution = torch.distributions.Categorical(logits=logits)
+            action = distribution.sample()
+            actions[step], log_probs[step], values[step] = (
+                action,
+                distribution.log_prob(action),
+                value,
+            )
+            output = env.step(action.numpy().astype(np.int32))
+            rewards[step] = torch.from_numpy(np.sign(output.reward))
+            next_observation = torch.from_numpy(output.observation)
+            next_done = torch.from_numpy(output.done.astype(np.float32))
+            frames += n * frames_per_step
+            for episode_return in output.info.episode_return[output.info.game_over]:
+                returns.append(float(episode_return))
+                games.append((frames, float(episode_return)))
+
+        with torch.no_grad():  # GAE(lambda) advantages, cut where an episode ended
+            _, next_value = net(next_observation)
+            advantages = torch.zeros((s, n))
+            last = torch.zeros(n)
+            for t in reversed(range(s)):
+                not_done = 1.0 - (next_done if t == s - 1 else dones[t + 1])
+                following = next_value if t == s - 1 else values[t + 1]
+                delta = rewards[t] + args.gamma * following * not_done - values[t]
+                last = delta + args.gamma * args.gae_lambda * not_done * last
+                advantages[t] = last
+            targets = advantages + values
+
+        flat = [x.reshape(s * n, *x.shape[2:]) for x in (observations, actions, log_probs)]
+        flat += [advantages.reshape(-1), targets.reshape(-1), values.reshape(-1)]
+        minibatch = s * n // args.minibatches
+        for _ in range(args.epochs):
+            order = torch.randperm(s * n)
+            for i in range(0, s * n, minibatch):
+                index = order[i : i + minibatch]
+                obs, act, old_log_prob, adv, target, old_value = (x[index] for x in flat)
+                logits, value = net(obs)
+                distribution = torch.distributions.Categorical(logits=logits)
+                ratio = torch.exp(distribution.log_prob(act) - old_log_prob)
+                adv = (adv - adv.mean()) / (adv.std() + 1e-8)
+                policy_loss = torch.max(
+                    -adv * ratio, -adv * torch.clamp(ratio, 1 - args.clip, 1 + args.clip)
+                ).mean()
+                clipped_value = old_value + torch.clamp(value - old_value, -args.clip, args.clip)
+                value_loss = (
+                    0.5 * torch.max((value - target) ** 2, (clipped_value - target) ** 2).mean()
+                )
+                entropy = distribution.entropy().mean()
+                loss = policy_loss + args.value_cost * value_loss - args.entropy_cost * entropy
+                optimizer.zero_grad()
+                loss.backward()
+                nn.utils.clip_grad_norm_(net.parameters(), args.max_grad_norm)
+                optimizer.step()
+
+        if frames >= next_log:
+            next_log += 50_000
+            mean_return = np.mean(returns) if returns else float("nan")
+            print(
+                f"frames {frames} | {frames / (time.time() - start):.0f} frames/s | return "
+                f"{mean_return:.2f} (last {len(returns)} games) | entropy "
+                f"{float(entropy) / np.log(env.num_actions):.3f} of max",
+                flush=True,
+            )
+            np.savetxt(
+                args.output,
+                np.array(games).reshape(-1, 2),
+                fmt=["%d", "%g"],
+                delimiter=",",
+                header="frames,episode_return",
+                comments="",
+            )
+    env.close()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,33 @@
+"""A learner's and an actor's Transport on real TF servers on loopback, in the test's process,
+with a tiny unroll layout: shared by the transport and prefetcher tests."""
+
+import collections
+
+import numpy as np
+import tensorflow as tf
+
+import transport
+from local_cluster import free_ports
+
+Element = collections.namedtuple("Element", "observation reward")
+UNROLL_SPEC = transport.UnrollSpec(
+    Element(tf.TensorSpec([3, 2, 2], tf.uint8), tf.TensorSpec([3], tf.float32))
+)
+PARAMETER_SPECS = [((2, 3), tf.float32), ((4,), tf.float32)]
+
+
+def start_learner_and_actor():
+    """(learner, actor): Transports of one worker set on new loopback servers, queue of 8."""
+    learner_port, actor_port = free_ports(2)
+    spec = transport.cluster_spec(f"127.0.0.1:{learner_port}", [f"127.0.0.1:{actor_port}"])
+    servers = [transport.start_server(spec, "learner", 0), transport.start_server(spec, "actor", 0)]
+    learner = transport.Transport(servers[0], "learner", 0, PARAMETER_SPECS, UNROLL_SPEC, 8)
+    actor = transport.Transport(servers[1], "actor", 0, PARAMETER_SPECS, UNROLL_SPEC, 8)
+    return learner, actor
+
+
+def unrolls(n, offset):
+    """n distinct Elements (batch-major), their values shifted by `offset`."""
+    observation = (np.arange(n * 12).reshape(n, 3, 2, 2) + offset).astype(np.uint8)
+    reward = np.arange(n * 3, dtype=np.float32).reshape(n, 3) + offset
+    return Element(observation, reward)

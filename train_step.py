@@ -1,0 +1,177 @@
+"""The learner's step: V-trace loss on a batch, Horovod-averaged gradients, clipping, update.
+
+Public so that the learner, the tests and the benchmarks all run the very same step:
+
+  optimizer = make_optimizer(config, learning_rate)   # learning_rate: a tf.Variable
+  create_optimizer_state(optimizer, agent)            # before restoring or broadcasting it
+  step = tf.function(functools.partial(train_step, agent, optimizer, config, hvd))
+  outputs, priorities = step(batch, weights)          # batch: Unroll of [B, T+1, ...] arrays,
+                                                      # weights: float32 [B] (1: on-policy)
+"""
+
+import sonnet as snt
+import tensorflow as tf
+
+import losses
+import replay
+import unrolls
+import vtrace
+
+
+def vtrace_loss(agent, unroll, config, unroll_weights=None):
+    """Total IMPALA loss of a time-major batch and its parts.
+
+    Args:
+      agent: the learner's agent.
+      unroll: Unroll with env_outputs/agent_outputs [T+1, B, ...], agent_state [B, ...]. The
+        behaviour policy is the logits stored in the unroll (agent_outputs.policy_logits), for
+        on-policy and replayed unrolls alike.
+      config: config.Config (discounting, reward_clipping, baseline_cost, entropy_cost,
+        replay_trust_region).
+      unroll_weights: optional float32 [B] scaling each unroll's loss terms (replay's
+        importance weights).
+
+    Returns:
+      (total_loss, dict of scalar loss parts, dict of statistics: scalars `entropy_fraction`,
+      the mean entropy per step over its maximum ln A; `mean_abs_log_rho`, the mean
+      |log pi(a|x) / mu(a|x)| of the taken actions; `clipped_rho_fraction`, the fraction of
+      importance weights above V-trace's rho_bar = 1; `trust_region_fraction`, the fraction of
+      steps left out by the trust region; and `priorities` [B], replay's priority of each
+      unroll from its V-trace value errors).
+
+    With config.replay_trust_region > 0 (LASER's trust region), a step whose behaviour policy
+    is further than that from the current policy (KL(mu || pi) of the step's action
+    distributions) is left out of the V-trace targets: its importance weight is set to 0, which
+    removes its temporal difference, cuts the trace there and zeroes its policy gradient.
+    """
+    learner_outputs, _ = agent.unroll(
+        unroll.agent_outputs.action, unroll.env_outputs, unroll.agent_state
+    )
+    bootstrap_value = learner_outputs.baseline[-1]  # [B]
+    # Shift so that step t holds the action chosen on observation t and what it led to:
+    # agent_outputs[t + 1] was computed on env_outputs[t] and produced env_outputs[t + 1].
+    behaviour = tf.nest.map_structure(lambda t: t[1:], unroll.agent_outputs)
+    rewards = unroll.env_outputs.reward[1:]
+    done = unroll.env_outputs.done[1:]
+    learner_outputs = tf.nest.map_structure(lambda t: t[:-1], learner_outputs)
+
+    discounts = tf.cast(~done, tf.float32) * config.discounting  # [T, B]
+    log_rhos = vtrace.log_probs_from_logits_and_actions(
+        learner_outputs.policy_logits, behaviour.action
+    ) - vtrace.log_probs_from_logits_and_actions(behaviour.policy_logits, behaviour.action)
+    kept = tf.ones_like(log_rhos, tf.bool)
+    if config.replay_trust_region > 0:
+        kept = behaviour_kl(behaviour.policy_logits, learner_outputs.policy_logits) <= (
+            config.replay_trust_region
+        )
+    vtrace_returns = vtrace.from_importance_weights(
+        log_rhos=tf.where(kept, log_rhos, -float("inf")),  # rho = 0 outside the trust region
+        discounts=discounts,
+        rewards=losses.clip_rewards(rewards, config.reward_clipping),
+        values=learner_outputs.baseline,
+        bootstrap_value=bootstrap_value,
+        trace_lambda=config.vtrace_lambda,
+    )
+    value_errors = vtrace_returns.vs - learner_outputs.baseline
+    pg_advantages = vtrace_returns.pg_advantages
+    if config.normalize_advantages:
+        mean, variance = tf.nn.moments(pg_advantages, axes=[0, 1])
+        pg_advantages = (pg_advantages - mean) / (tf.sqrt(variance) + 1e-8)
+    parts = {
+        "policy_gradient": losses.policy_gradient_loss(
+            learner_outputs.policy_logits,
+            behaviour.action,
+            pg_advantages,
+            unroll_weights,
+        ),
+        "baseline": losses.baseline_loss(value_errors, unroll_weights),
+        "entropy": losses.entropy_loss(learner_outputs.policy_logits, unroll_weights),
+    }
+    total = (
+        parts["policy_gradient"]
+        + config.baseline_cost * parts["baseline"]
+        + config.entropy_cost * parts["entropy"]
+    )
+    num_steps = tf.cast(tf.size(rewards), tf.float32)
+    num_actions = tf.cast(tf.shape(learner_outputs.policy_logits)[-1], tf.float32)
+    entropy = -losses.entropy_loss(learner_outputs.policy_logits)  # unweighted
+    stats = {
+        "entropy_fraction": entropy / (num_steps * tf.math.log(num_actions)),
+        "mean_abs_log_rho": tf.reduce_mean(tf.abs(log_rhos)),
+        "clipped_rho_fraction": tf.reduce_mean(tf.cast(log_rhos > 0, tf.float32)),
+        "trust_region_fraction": 1 - tf.reduce_mean(tf.cast(kept, tf.float32)),
+        "priorities": replay.unroll_priorities(value_errors),
+    }
+    return total, parts, tf.nest.map_structure(tf.stop_gradient, stats)
+
+
+def behaviour_kl(behaviour_logits, target_logits):
+    """KL(mu || pi) of each step's action distributions: [T, B, A] logits -> [T, B]."""
+    behaviour_log_policy = tf.nn.log_softmax(behaviour_logits)
+    return tf.reduce_sum(
+        tf.exp(behaviour_log_policy) * (behaviour_log_policy - tf.nn.log_softmax(target_logits)),
+        axis=-1,
+    )
+
+
+def loss_gradients(agent, unroll, config, hvd, unroll_weights=None):
+    """Gradients of the V-trace loss on this rank's batch, averaged over all Horovod ranks.
+
+    Args:
+      agent: the agent.
+      unroll: Unroll of batch-major [B, T+1, ...] tensors (as dequeued).
+      config: config.Config (see vtrace_loss).
+      hvd: the initialised horovod.tensorflow module.
+      unroll_weights: optional float32 [B] (see vtrace_loss).
+
+    Returns:
+      (list of gradients, one per agent.trainable_variables; this rank's total loss; its parts
+      and statistics, see vtrace_loss).
+    """
+    with tf.GradientTape() as tape:
+        total, parts, stats = vtrace_loss(
+            agent, unrolls.to_time_major(unroll), config, unroll_weights
+        )
+    if hvd.size() > 1:
+        tape = hvd.DistributedGradientTape(tape)
+    return tape.gradient(total, agent.trainable_variables), total, parts, stats
+
+
+def make_optimizer(config, learning_rate):
+    """The optimizer of `config`; `learning_rate` is a tf.Variable the learner schedules."""
+    if config.optimizer == "adam":
+        return snt.optimizers.Adam(learning_rate=learning_rate, epsilon=config.epsilon)
+    return snt.optimizers.RMSProp(
+        learning_rate=learning_rate,
+        decay=config.decay,
+        momentum=config.momentum,
+        epsilon=config.epsilon,
+    )
+
+
+def create_optimizer_state(optimizer, agent):
+    """Creates the optimizer's slots with a zero update (which changes no variable), so that
+    checkpoint restore and the Horovod broadcast cover them from the first step."""
+    variables = agent.trainable_variables
+    optimizer.apply([tf.zeros_like(v) for v in variables], variables)
+
+
+def train_step(agent, optimizer, config, hvd, unroll, unroll_weights):
+    """One learner step on `unroll` (batch-major [B, T+1, ...]); wrap it in tf.function.
+
+    Args:
+      unroll_weights: float32 [B], each unroll's loss weight (1 for on-policy unrolls).
+
+    Returns:
+      (dict of scalars: the loss parts, `total`, `gradient_norm` (before clipping) and the
+      scalar statistics of vtrace_loss; the replay priorities [B] of the unrolls).
+    """
+    gradients, total, parts, stats = loss_gradients(agent, unroll, config, hvd, unroll_weights)
+    priorities = stats.pop("priorities")
+    gradient_norm = tf.linalg.global_norm(gradients)
+    if config.gradients_clipping > 0:
+        gradients, _ = tf.clip_by_global_norm(
+            gradients, config.gradients_clipping, use_norm=gradient_norm
+        )
+    optimizer.apply(gradients, agent.trainable_variables)
+    return dict(parts, **stats, total=total, gradient_norm=gradient_norm), priorities

@@ -86,7 +86,10 @@ def to_time_major(unroll):
 
 
 def random_unroll(agent, observation_spec, num_actions, batch_size, unroll_length, rng):
-    """A batch-major Unroll [B, T+1, ...] of random numpy data, for benchmarks and tests.
+    """A batch-major Unroll [B, T+1, ...] of random numpy data.
+
+    It ships because the benchmarks time the learner's step on such batches (bench/throughput,
+    bench/allreduce); the tests use it too.
 
     Args:
       agent: gives the core-state shapes (its initial state is used).

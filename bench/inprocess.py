@@ -22,11 +22,8 @@ as a fraction of its maximum, loss parts) and writes `frames,episode_return` per
 --output, the columns bench.learning reads.
 """
 
-import collections
 import dataclasses
 import functools
-import os
-import time
 
 import gymnasium as gym
 import numpy as np
@@ -38,6 +35,7 @@ import config as config_lib
 import environments
 import train_step
 import unrolls
+from bench.curves import GameLog
 
 flags.DEFINE_enum("pipeline", "ours", ["ours", "gymnasium"], "Which environments feed it.")
 flags.DEFINE_integer("frames", 2_000_000, "Environment frames to train for.")
@@ -106,9 +104,7 @@ def main(argv):
     step = tf.function(functools.partial(train_step.train_step, agent, optimizer, config, _OneRank))
     weights = np.ones(FLAGS.num_envs, np.float32)
 
-    os.makedirs(os.path.dirname(os.path.abspath(FLAGS.output)), exist_ok=True)
-    frames, games, recent = 0, [], collections.deque(maxlen=100)
-    start, next_log = time.monotonic(), 0
+    frames, games = 0, GameLog(FLAGS.output)
     while frames < FLAGS.frames:
         learning_rate.assign(config.learning_rate * (1 - frames / FLAGS.frames))
         initial_state = tf.nest.map_structure(np.asarray, core_state)
@@ -120,9 +116,7 @@ def main(argv):
             env_steps.append(env_output)
             agent_steps.append(agent_output)
             frames += FLAGS.num_envs * frames_per_step
-            for episode_return in env_output.info.episode_return[env_output.info.game_over]:
-                recent.append(float(episode_return))
-                games.append((frames, float(episode_return)))
+            games.add(frames, env_output.info.episode_return[env_output.info.game_over])
         batch = unrolls.Unroll(
             agent_state=initial_state,
             env_outputs=unrolls.stack_steps(env_steps),
@@ -130,25 +124,12 @@ def main(argv):
             parameter_version=np.zeros(FLAGS.num_envs, np.int64),
         )
         outputs, _ = step(batch, weights)
-        if frames >= next_log:
-            next_log += 50_000
-            print(
-                f"frames {frames} | {frames / (time.monotonic() - start):.0f} frames/s | return "
-                f"{np.mean(recent) if recent else float('nan'):.2f} (last {len(recent)} games) | "
-                f"entropy {float(outputs['entropy_fraction']):.3f} of max | pg "
-                f"{float(outputs['policy_gradient']):.2f}, baseline "
-                f"{float(outputs['baseline']):.2f}, "
-                f"grad norm {float(outputs['gradient_norm']):.1f}",
-                flush=True,
-            )
-            np.savetxt(
-                FLAGS.output,
-                np.array(games).reshape(-1, 2),
-                fmt=["%d", "%g"],
-                delimiter=",",
-                header="frames,episode_return",
-                comments="",
-            )
+        games.report(
+            frames,
+            f"entropy {float(outputs['entropy_fraction']):.3f} of max | loss: pg "
+            f"{float(outputs['policy_gradient']):.2f}, baseline {float(outputs['baseline']):.2f}"
+            f" | grad norm {float(outputs['gradient_norm']):.1f}",
+        )
     env.close()
 
 

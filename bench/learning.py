@@ -2,7 +2,7 @@
 
   .venv/bin/python -m bench.learning [--runs=cartpole,pong] [--quick] [--output_dir=DIR]
 
-(from the repository root: `-m` puts it on sys.path for `tests.processes`). Each run trains the
+(from the repository root: `-m` puts it on sys.path for `bench`). Each run trains the
 real system (one learner and --actors actors of experiment.py on loopback) to its frame budget,
 then reads the per-game returns the learner wrote to TensorBoard and writes, to --output_dir,
 `<run>.csv` (frames, episode_return, mean_return_100) and `<run>.png`. Printed: a table and,

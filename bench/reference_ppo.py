@@ -19,10 +19,8 @@ entropy as a fraction of its maximum) and writes `frames,episode_return` per fin
 """
 
 import argparse
-import collections
 import os
 import sys
-import time
 
 import numpy as np
 import torch
@@ -30,6 +28,7 @@ from torch import nn
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import environments  # noqa: E402 - the project's own wrapper is what is under test.
+from bench.curves import GameLog  # noqa: E402
 
 
 def orthogonal(layer, gain):
@@ -100,8 +99,7 @@ def main():
     next_observation = torch.from_numpy(output.observation)
     next_done = torch.zeros(n)
     updates = args.frames // (n * s * frames_per_step)
-    frames, returns, games, start, next_log = 0, collections.deque(maxlen=100), [], time.time(), 0
-    os.makedirs(os.path.dirname(os.path.abspath(args.output)), exist_ok=True)
+    frames, games = 0, GameLog(args.output)
     for update in range(updates):
         for group in optimizer.param_groups:  # linear annealing to 0
             group["lr"] = args.learning_rate * (1.0 - update / updates)
@@ -121,9 +119,7 @@ def main():
             next_observation = torch.from_numpy(output.observation)
             next_done = torch.from_numpy(output.done.astype(np.float32))
             frames += n * frames_per_step
-            for episode_return in output.info.episode_return[output.info.game_over]:
-                returns.append(float(episode_return))
-                games.append((frames, float(episode_return)))
+            games.add(frames, output.info.episode_return[output.info.game_over])
 
         with torch.no_grad():  # GAE(lambda) advantages, cut where an episode ended
             _, next_value = net(next_observation)
@@ -163,23 +159,7 @@ def main():
                 nn.utils.clip_grad_norm_(net.parameters(), args.max_grad_norm)
                 optimizer.step()
 
-        if frames >= next_log:
-            next_log += 50_000
-            mean_return = np.mean(returns) if returns else float("nan")
-            print(
-                f"frames {frames} | {frames / (time.time() - start):.0f} frames/s | return "
-                f"{mean_return:.2f} (last {len(returns)} games) | entropy "
-                f"{float(entropy) / np.log(env.num_actions):.3f} of max",
-                flush=True,
-            )
-            np.savetxt(
-                args.output,
-                np.array(games).reshape(-1, 2),
-                fmt=["%d", "%g"],
-                delimiter=",",
-                header="frames,episode_return",
-                comments="",
-            )
+        games.report(frames, f"entropy {entropy.item() / np.log(env.num_actions):.3f} of max")
     env.close()
 
 

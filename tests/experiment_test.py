@@ -14,27 +14,36 @@ from tests.training_settings import CARTPOLE
 pytestmark = pytest.mark.slow
 
 
-def test_one_learner_two_actors_learn_cartpole(spawn, tmp_path):
-    logdir = tmp_path / "logdir"
-    flags = [
-        *cluster_flags(2),
-        *CARTPOLE,
-        f"--logdir={logdir}",
-        # With the default 0.0006 the mean hovered at 150-200 from 200K to 400K frames (one run
-        # in four fell short of the bar); with 0.003 it passed 11 runs of 11, last 20 games
-        # averaging 180 to 500 (median 459: brief policy collapses make it vary), every run
-        # above 150 by 75K frames (8 runs checked).
-        "--learning_rate=0.003",
-        "--total_environment_frames=400000",
-    ]
+def train_one_learner_two_actors(spawn, logdir, flags, timeout):
+    """A learner and two actors with `flags` until the learner's frame budget; all exit 0.
+
+    Returns the learner's Process and the returns of every game, in frame order."""
+    flags = [*cluster_flags(2), f"--logdir={logdir}", *flags]
     learner = spawn([*flags, "--job_name=learner"], "learner")
     actors = [spawn([*flags, "--job_name=actor", f"--task={j}"], f"actor{j}") for j in range(2)]
-
-    assert learner.wait(timeout=600) == 0, learner.log()[-3000:]
+    assert learner.wait(timeout=timeout) == 0, learner.log()[-3000:]
     for actor in actors:
         assert actor.wait(timeout=60) == 0, actor.log()[-3000:]
         assert "learner finished training; exiting" in actor.log()
-    returns = [r for _, r in summaries.episode_returns(logdir, "CartPole-v1")]
+    level_name = [f for f in flags if f.startswith("--level_name=")][-1].split("=", 1)[1]
+    return learner, [r for _, r in summaries.episode_returns(logdir, level_name)]
+
+
+def test_one_learner_two_actors_learn_cartpole(spawn, tmp_path):
+    learner, returns = train_one_learner_two_actors(
+        spawn,
+        tmp_path / "logdir",
+        [
+            *CARTPOLE,
+            # With the default 0.0006 the mean hovered at 150-200 from 200K to 400K frames (one
+            # run in four fell short of the bar); with 0.003 it passed 11 runs of 11, last 20
+            # games averaging 180 to 500 (median 459: brief policy collapses make it vary),
+            # every run above 150 by 75K frames (8 runs checked).
+            "--learning_rate=0.003",
+            "--total_environment_frames=400000",
+        ],
+        timeout=600,
+    )
     assert len(returns) >= 100
     assert np.mean(returns[-20:]) > 150, returns[-40:]
     assert "frames/s" in learner.log() and "| lag " in learner.log()
@@ -43,22 +52,18 @@ def test_one_learner_two_actors_learn_cartpole(spawn, tmp_path):
 def test_one_learner_two_actors_learn_cartpole_with_replay(spawn, tmp_path):
     """The CartPole test's bar with uniform experience replay: every batch holds 16 on-policy
     and 16 replayed unrolls."""
-    logdir = tmp_path / "logdir"
-    flags = [
-        *cluster_flags(2),
-        *CARTPOLE,
-        f"--logdir={logdir}",
-        "--learning_rate=0.003",
-        "--total_environment_frames=400000",
-        "--replay_size=2000",
-        "--replay_ratio=1",
-    ]
-    learner = spawn([*flags, "--job_name=learner"], "learner")
-    actors = [spawn([*flags, "--job_name=actor", f"--task={j}"], f"actor{j}") for j in range(2)]
-    assert learner.wait(timeout=900) == 0, learner.log()[-3000:]
-    for actor in actors:
-        assert actor.wait(timeout=60) == 0, actor.log()[-3000:]
-    returns = [r for _, r in summaries.episode_returns(logdir, "CartPole-v1")]
+    learner, returns = train_one_learner_two_actors(
+        spawn,
+        tmp_path / "logdir",
+        [
+            *CARTPOLE,
+            "--learning_rate=0.003",
+            "--total_environment_frames=400000",
+            "--replay_size=2000",
+            "--replay_ratio=1",
+        ],
+        timeout=900,
+    )
     assert np.mean(returns[-20:]) > 150, returns[-40:]
     assert "| replay 2000/2000 (" in learner.log()  # the memory filled up and says so
 
@@ -69,22 +74,19 @@ def test_the_conv_agent_learns_from_pixels(spawn, tmp_path):
     holds a 4x4 square; chance 1/3, bar 0.9. The Pong settings of the IMPALA paper (RMSProp with
     epsilon 0.01 inside the square root) stay at chance here, as they stayed at -20 on Pong."""
     logdir = tmp_path / "logdir"
-    flags = [
-        *cluster_flags(2),
-        f"--logdir={logdir}",
-        f"--level_name={pixel_games.ID}",
-        "--agent_name=SimpleConvNetAgent",
-        "--total_environment_frames=150000",
-        "--log_secs=0",  # a progress line and summaries after every step
-        "--learner_wait_secs=120",
-        "--batch_timeout_secs=120",
-    ]
-    learner = spawn([*flags, "--job_name=learner"], "learner")
-    actors = [spawn([*flags, "--job_name=actor", f"--task={j}"], f"actor{j}") for j in range(2)]
-    assert learner.wait(timeout=1500) == 0, learner.log()[-3000:]
-    for actor in actors:
-        assert actor.wait(timeout=60) == 0, actor.log()[-3000:]
-    returns = [r for _, r in summaries.episode_returns(logdir, pixel_games.ID)]
+    _, returns = train_one_learner_two_actors(
+        spawn,
+        logdir,
+        [
+            f"--level_name={pixel_games.ID}",
+            "--agent_name=SimpleConvNetAgent",
+            "--total_environment_frames=150000",
+            "--log_secs=0",  # a progress line and summaries after every step
+            "--learner_wait_secs=120",
+            "--batch_timeout_secs=120",
+        ],
+        timeout=1500,
+    )
     assert pixel_games.accuracy(returns[:300]) < 0.45, returns[:300]  # it starts near chance
     assert pixel_games.accuracy(returns[-300:]) >= 0.9, returns[-300:]
 

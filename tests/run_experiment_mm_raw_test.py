@@ -100,6 +100,18 @@ def window_status(socket_name, window):
     return launcher.window_exit_status(launcher.tmux_server(socket_name), SESSION, window)
 
 
+def assert_remote_actor_of_run(pid, run_id, host):
+    """The recorded PID is the actor itself, leading its own process group, in its namespace."""
+    actor = psutil.Process(pid)
+    assert "--job_name=actor" in actor.cmdline()
+    assert os.getpgid(actor.pid) == actor.pid
+    assert actor.environ()[launcher.RUN_ID_VARIABLE] == run_id
+    assert (
+        os.stat(f"/proc/{actor.pid}/ns/net").st_ino
+        == os.stat(f"/run/netns/{host.namespace}").st_ino
+    )
+
+
 def log_text(logdir, name):
     path = pathlib.Path(logdir, "launch", f"{name}.log")
     return path.read_text(errors="replace") if path.exists() else ""
@@ -438,15 +450,7 @@ def test_remote_actors_reach_their_learner_and_stop_kills_them(tmp_path, hosts, 
     state = json.loads((logdir / "launch" / "run_state.json").read_text())
     assert [entry["name"] for entry in state["remote"]] == ["actor-0-0", "actor-0-1"]
     for entry, host in zip(state["remote"], hosts.hosts, strict=True):
-        # The recorded PID is the actor itself, leading its own process group, in its namespace.
-        actor = psutil.Process(entry["pid"])
-        assert "--job_name=actor" in actor.cmdline()
-        assert os.getpgid(actor.pid) == actor.pid
-        assert actor.environ()[launcher.RUN_ID_VARIABLE] == run_id
-        assert (
-            os.stat(f"/proc/{actor.pid}/ns/net").st_ino
-            == os.stat(f"/run/netns/{host.namespace}").st_ino
-        )
+        assert_remote_actor_of_run(entry["pid"], run_id, host)
     wait_until(lambda: log_text(logdir, "learner-0").count("learner got") == 2, 15, "2 hellos")
     assert sorted(re.findall(r"learner got: (.*)", log_text(logdir, "learner-0"))) == [
         f"hello from actor {i} ({host.ip}:{port})"
@@ -830,14 +834,7 @@ def test_follow_restarts_a_killed_remote_actor_over_ssh(tmp_path, hosts, follows
     wait_until(lambda: log_text(logdir, "learner-0").count("learner got") == 2, 60, "2 hellos")
     (restarted,) = json.loads(state_path.read_text())["remote"]
     assert restarted["pid"] != entry["pid"]
-    actor = psutil.Process(restarted["pid"])
-    assert "--job_name=actor" in actor.cmdline()
-    assert os.getpgid(actor.pid) == actor.pid
-    assert actor.environ()[launcher.RUN_ID_VARIABLE] == run_id
-    assert (
-        os.stat(f"/proc/{actor.pid}/ns/net").st_ino
-        == os.stat(f"/run/netns/{host.namespace}").st_ino
-    )
+    assert_remote_actor_of_run(restarted["pid"], run_id, host)
 
     # The learner finishes (exit 0): the frontend stops the actor and exits 0.
     tell_exit(tmp_path / "repo", f"{host.host_ip}:{ports[0]}", 0)

@@ -42,7 +42,7 @@ class Config:
     # Agent and training schedule.
     agent_name: str = setting("SimpleConvNetAgent", "See agents.AGENTS.")
     initialization: str = setting(
-        "sonnet",
+        "orthogonal",
         "Weight initialisation: 'sonnet' (truncated normal, stddev 1/sqrt(fan_in), as the IMPALA "
         "paper) or 'orthogonal' (gain sqrt(2) for ReLU layers, 0.01 policy head, 1 value head).",
         choices=["sonnet", "orthogonal"],
@@ -77,7 +77,7 @@ class Config:
 
     # Optimizer (the learning rate decays linearly to 0 over total_environment_frames).
     optimizer: str = setting(
-        "rmsprop",
+        "adam",
         "'rmsprop' (Sonnet's, as TF1's: g / sqrt(ms + epsilon)) or 'adam' (g' / (sqrt(v') + "
         "epsilon), betas 0.9 and 0.999).",
         choices=["rmsprop", "adam"],
@@ -85,7 +85,9 @@ class Config:
     learning_rate: float = setting(0.0006, "Initial learning rate.")
     decay: float = setting(0.99, "RMSProp decay (rho).")
     momentum: float = setting(0.0, "RMSProp momentum.")
-    epsilon: float = setting(0.01, "The optimizer's epsilon.")
+    epsilon: float = setting(
+        1e-5, "The optimizer's epsilon (the IMPALA paper's RMSProp: 0.01, inside the root)."
+    )
     gradients_clipping: float = setting(40.0, "Global-norm gradient clipping; negative = off.")
 
     # Experience replay (replay.py): each learner replays its own actors' unrolls.

@@ -48,6 +48,10 @@ RUNS = {
             "num_envs_per_actor": 8,
             "gradients_clipping": -1,
             "entropy_cost": 0.01,
+            # The IMPALA paper's optimizer, with which these learning rates were measured.
+            "optimizer": "rmsprop",
+            "epsilon": 0.01,
+            "initialization": "sonnet",
             # 0.0006 (the default) reached means of ~320 and 0.002 ~410 by 500K frames; 0.003
             # reached 475 at 395K and 482K frames, 0.005 at 315K and 394K (seeds 1 and 2).
             "learning_rate": 0.005,

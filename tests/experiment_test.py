@@ -73,7 +73,8 @@ def test_the_conv_agent_learns_from_pixels(spawn, tmp_path):
     teach SimpleConvNetAgent PixelBandit-v0 (pixel_games.py): pick the third of an 84x84x4 frame
     that holds a 4x4 square; chance 1/3, bar 0.9. The IMPALA paper's settings (RMSProp with
     epsilon 0.01 inside the square root, Sonnet's initialisation) stay at chance here, as they
-    stayed at -20 on Pong. Batches of 16 unrolls: twice the default's updates in the budget."""
+    stayed at -20 on Pong. Batches of 16 unrolls: twice the default's updates in the budget (at
+    150K frames, accuracies 0.84-0.9+ under load: too close to the bar)."""
     logdir = tmp_path / "logdir"
     _, returns = train_one_learner_two_actors(
         spawn,
@@ -81,7 +82,7 @@ def test_the_conv_agent_learns_from_pixels(spawn, tmp_path):
         [
             f"--level_name={pixel_games.ID}",
             "--agent_name=SimpleConvNetAgent",
-            "--total_environment_frames=150000",
+            "--total_environment_frames=300000",
             "--batch_size=16",
             "--log_secs=0",  # a progress line and summaries after every step
             "--learner_wait_secs=120",

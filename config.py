@@ -71,6 +71,14 @@ class Config:
         "Scale the policy-gradient advantages of each batch to zero mean and unit standard "
         "deviation (as PPO does), so that the policy's step does not shrink with the rewards.",
     )
+    policy_clip: float = setting(
+        0.0,
+        "PPO's clipped surrogate in place of IMPALA's policy gradient: the ratio pi/mu of each "
+        "step is clipped to [1 - this, 1 + this] and the advantages are lambda-returns of the "
+        "values stored by the actor, as PPO's (APPO and IMPACT do the same with V-trace value "
+        "targets); keeps reused experience (replay, --epochs in bench.inprocess) from moving "
+        "the policy too far; 0: off.",
+    )
     reward_clipping: str = setting(
         "abs_one", "How the learner clips rewards.", choices=["abs_one", "soft_asymmetric"]
     )

@@ -28,7 +28,7 @@ import gymnasium as gym
 import numpy as np
 from ale_py.vector_env import AtariVectorEnv
 
-import pixel_games  # noqa: F401 - registers PixelBandit-v0 with Gymnasium.
+import pixel_games  # noqa: F401 - registers PixelBandit-v0 and PixelCatch-v0 with Gymnasium.
 
 gym.register_envs(ale_py)
 
@@ -294,6 +294,26 @@ class BatchedEnvironment:
             environment.close()
 
 
+def ale_vector_env(settings, num_envs, **options):
+    """ale-py's C++ AtariVectorEnv for `settings` (AtariSettings); `options` go to it as they are
+    (e.g. num_threads)."""
+    return AtariVectorEnv(
+        gym.spec(atari_id(settings.level_name)).kwargs["game"],
+        num_envs,
+        autoreset_mode="SameStep",
+        max_num_frames_per_episode=MAX_FRAMES_PER_GAME,
+        repeat_action_probability=settings.repeat_action_probability,
+        img_height=settings.height,
+        img_width=settings.width,
+        stack_num=FRAME_STACK,
+        frameskip=ACTION_REPEAT,
+        noop_max=settings.noop_max,
+        episodic_life=False,
+        reward_clipping=False,
+        **options,
+    )
+
+
 class AtariVectorEnvironment:
     """B Atari games stepped in ale-py's C++ threads, same outputs as B AtariEnvironments.
 
@@ -303,20 +323,7 @@ class AtariVectorEnvironment:
     """
 
     def __init__(self, settings, num_envs, seed):
-        self._env = AtariVectorEnv(
-            gym.spec(atari_id(settings.level_name)).kwargs["game"],
-            num_envs,
-            autoreset_mode="SameStep",
-            max_num_frames_per_episode=MAX_FRAMES_PER_GAME,
-            repeat_action_probability=settings.repeat_action_probability,
-            img_height=settings.height,
-            img_width=settings.width,
-            stack_num=FRAME_STACK,
-            frameskip=ACTION_REPEAT,
-            noop_max=settings.noop_max,
-            episodic_life=False,
-            reward_clipping=False,
-        )
+        self._env = ale_vector_env(settings, num_envs)
         self._episodic_life = not settings.is_test
         self._seed = seed
         self.num_envs = num_envs

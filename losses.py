@@ -41,6 +41,27 @@ def policy_gradient_loss(logits, actions, advantages, unroll_weights=None):
     return _sum(cross_entropy * tf.stop_gradient(advantages), unroll_weights)
 
 
+def clipped_policy_loss(log_ratios, advantages, clip, unroll_weights=None):
+    """PPO's clipped surrogate, -sum_{t,b} min(r_t * A_t, clip(r_t, 1 - clip, 1 + clip) * A_t).
+
+    Args:
+      log_ratios: float32 [T, B], log pi(a_t|x_t) / mu(a_t|x_t) of the taken actions; the
+        gradient flows through it (pi is the learner's policy, mu the behaviour policy).
+      advantages: float32 [T, B], without gradient.
+      clip: epsilon of the clipping, > 0.
+      unroll_weights: optional float32 [B].
+
+    Returns:
+      float32 scalar.
+    """
+    ratios = tf.exp(log_ratios)
+    advantages = tf.stop_gradient(tf.convert_to_tensor(advantages, tf.float32))
+    surrogate = tf.minimum(
+        ratios * advantages, tf.clip_by_value(ratios, 1 - clip, 1 + clip) * advantages
+    )
+    return _sum(-surrogate, unroll_weights)
+
+
 def baseline_loss(advantages, unroll_weights=None):
     """0.5 * sum_{t,b} advantage_t^2, the value function's squared error.
 

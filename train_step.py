@@ -26,8 +26,8 @@ def vtrace_loss(agent, unroll, config, unroll_weights=None):
       unroll: Unroll with env_outputs/agent_outputs [T+1, B, ...], agent_state [B, ...]. The
         behaviour policy is the logits stored in the unroll (agent_outputs.policy_logits), for
         on-policy and replayed unrolls alike.
-      config: config.Config (discounting, reward_clipping, baseline_cost, entropy_cost,
-        replay_trust_region).
+      config: config.Config (discounting, reward_clipping, vtrace_lambda, normalize_advantages,
+        policy_clip, baseline_cost, entropy_cost, replay_trust_region).
       unroll_weights: optional float32 [B] scaling each unroll's loss terms (replay's
         importance weights).
 
@@ -64,26 +64,46 @@ def vtrace_loss(agent, unroll, config, unroll_weights=None):
         kept = behaviour_kl(behaviour.policy_logits, learner_outputs.policy_logits) <= (
             config.replay_trust_region
         )
+    kept_log_rhos = tf.where(kept, log_rhos, -float("inf"))  # rho = 0 outside the trust region
+    clipped_rewards = losses.clip_rewards(rewards, config.reward_clipping)
     vtrace_returns = vtrace.from_importance_weights(
-        log_rhos=tf.where(kept, log_rhos, -float("inf")),  # rho = 0 outside the trust region
+        log_rhos=kept_log_rhos,
         discounts=discounts,
-        rewards=losses.clip_rewards(rewards, config.reward_clipping),
+        rewards=clipped_rewards,
         values=learner_outputs.baseline,
         bootstrap_value=bootstrap_value,
         trace_lambda=config.vtrace_lambda,
     )
     value_errors = vtrace_returns.vs - learner_outputs.baseline
-    pg_advantages = vtrace_returns.pg_advantages
+    if config.policy_clip > 0:
+        # PPO's advantages: lambda-returns of the values the behaviour policy computed as it
+        # acted (stored in the unroll), the same however often the unroll is learned from. The
+        # current values, fitted to this very unroll by the passes before, would leave little
+        # in the advantages but noise (which normalisation would then scale up). PPO's clipped
+        # ratio takes the place of V-trace's truncated rho.
+        pg_advantages = vtrace.from_importance_weights(
+            log_rhos=tf.zeros_like(log_rhos),
+            discounts=discounts,
+            rewards=clipped_rewards,
+            values=behaviour.baseline,
+            bootstrap_value=tf.stop_gradient(bootstrap_value),
+            trace_lambda=config.vtrace_lambda,
+        ).pg_advantages
+    else:
+        pg_advantages = vtrace_returns.pg_advantages
     if config.normalize_advantages:
         mean, variance = tf.nn.moments(pg_advantages, axes=[0, 1])
         pg_advantages = (pg_advantages - mean) / (tf.sqrt(variance) + 1e-8)
+    if config.policy_clip > 0:
+        policy_loss = losses.clipped_policy_loss(
+            kept_log_rhos, pg_advantages, config.policy_clip, unroll_weights
+        )
+    else:
+        policy_loss = losses.policy_gradient_loss(
+            learner_outputs.policy_logits, behaviour.action, pg_advantages, unroll_weights
+        )
     parts = {
-        "policy_gradient": losses.policy_gradient_loss(
-            learner_outputs.policy_logits,
-            behaviour.action,
-            pg_advantages,
-            unroll_weights,
-        ),
+        "policy_gradient": policy_loss,
         "baseline": losses.baseline_loss(value_errors, unroll_weights),
         "entropy": losses.entropy_loss(learner_outputs.policy_logits, unroll_weights),
     }

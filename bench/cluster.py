@@ -36,6 +36,12 @@ def worker_flags(config, **overrides):
     return config_lib.flag_args(dataclasses.replace(config, **overrides))
 
 
+def pss_mb(process):
+    """Proportional set size of a live psutil.Process (shared pages split among their users),
+    in MiB."""
+    return process.memory_full_info().pss / 2**20
+
+
 def peak_rss_mb(process):
     """Peak resident set size (VmHWM) of a live psutil.Process, in MiB."""
     status = pathlib.Path(f"/proc/{process.pid}/status").read_text()

@@ -8,7 +8,9 @@ the unroll exactly as an actor does, and trains on it at once with the learner's
 (train_step.train_step, the learning rate decayed as the learner does): IMPALA with no policy
 lag, no transport and no Horovod. What it leaves out is what a learning failure cannot be
 blamed on if this learns; what it keeps (agent, loss, optimizer, environment) is what to look
-at if it does not.
+at if it does not. With --epochs and --minibatches it reuses each batch as PPO does (with
+--policy_clip: PPO's clipped surrogate on V-trace targets), to compare with
+bench/reference_ppo.py on equal terms.
 
 --pipeline picks the environments:
   ours       environments.create_vector_environment (ale-py's C++ AtariVectorEnv), as actors;
@@ -40,6 +42,12 @@ from bench.curves import GameLog
 flags.DEFINE_enum("pipeline", "ours", ["ours", "gymnasium"], "Which environments feed it.")
 flags.DEFINE_integer("frames", 2_000_000, "Environment frames to train for.")
 flags.DEFINE_integer("num_envs", 16, "Environments stepped together (the batch size B).")
+flags.DEFINE_integer(
+    "epochs", 1, "Passes over each batch (PPO's sample reuse; >1 wants --policy_clip)."
+)
+flags.DEFINE_integer(
+    "minibatches", 1, "Each pass trains on the batch's unrolls split in this many minibatches."
+)
 flags.DEFINE_string("output", "/tmp/impala_bench_learning/inprocess.csv", "Per-game CSV.")
 config_lib.define_flags()
 FLAGS = flags.FLAGS
@@ -82,8 +90,13 @@ class _OneRank:
 
 def main(argv):
     del argv
+    if FLAGS.num_envs % FLAGS.minibatches:
+        raise app.UsageError(
+            f"--num_envs={FLAGS.num_envs} does not split into --minibatches={FLAGS.minibatches}"
+        )
+    minibatch_size = FLAGS.num_envs // FLAGS.minibatches
     config = dataclasses.replace(
-        config_lib.from_flags(), batch_size=FLAGS.num_envs, total_environment_frames=FLAGS.frames
+        config_lib.from_flags(), batch_size=minibatch_size, total_environment_frames=FLAGS.frames
     )
     tf.random.set_seed(config.seed)
     env = make_environment(config)
@@ -102,7 +115,8 @@ def main(argv):
     optimizer = train_step.make_optimizer(config, learning_rate)
     train_step.create_optimizer_state(optimizer, agent)
     step = tf.function(functools.partial(train_step.train_step, agent, optimizer, config, _OneRank))
-    weights = np.ones(FLAGS.num_envs, np.float32)
+    weights = np.ones(minibatch_size, np.float32)
+    rng = np.random.default_rng(config.seed)
 
     frames, games = 0, GameLog(FLAGS.output)
     while frames < FLAGS.frames:
@@ -123,7 +137,12 @@ def main(argv):
             agent_outputs=unrolls.stack_steps(agent_steps),
             parameter_version=np.zeros(FLAGS.num_envs, np.int64),
         )
-        outputs, _ = step(batch, weights)
+        for _ in range(FLAGS.epochs):  # PPO-style: shuffled minibatches of whole unrolls
+            for unroll_indices in np.split(rng.permutation(FLAGS.num_envs), FLAGS.minibatches):
+                minibatch = tf.nest.map_structure(
+                    functools.partial(np.take, indices=unroll_indices, axis=0), batch
+                )
+                outputs, _ = step(minibatch, weights)
         games.report(
             frames,
             f"entropy {float(outputs['entropy_fraction']):.3f} of max | loss: pg "

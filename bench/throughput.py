@@ -1,31 +1,28 @@
-"""Throughput of the whole system against the ceiling its three stages allow on this machine.
+"""Throughput of the whole system against the limit this machine allows.
 
   .venv/bin/python -m bench.throughput [--quick] [training flags] [--actors=2 --learners=1]
 
 (from the repository root). Every training flag (the fields of config.Config) is accepted and
 forwarded to the workers; defaults: Pong, SimpleConvNetAgent, T=20, B=32, 8 environments per
-actor.
+actor. A full run takes ~15 minutes, --quick ~5.
 
-In one run, each stage alone in this process (agent steps/s, best of repeated windows):
-  env        the actors' vector environment (actor.create_env), random actions;
-  inference  tf.function(agent.__call__) at batch --num_envs_per_actor, outputs to numpy, as
-             the actor calls it;
-  learner    the learner's train step (train_step.train_step: V-trace loss, gradients,
-             optimizer) on synthetic
-             batches of B unrolls of T steps, fed as numpy arrays as dequeued.
-All stages share the same cores, so an agent step costs at least the sum of the stages' times:
-  ceiling = 1 / (1/env + 1/inference + 1/learner).
-A stage alone may leave cores idle (batch-8 inference does), which the stages running side by
-side fill, so the system can beat that ceiling. The bound of a saturated machine counts CPU time:
-  CPU ceiling = cores / (CPU time per agent step of env + inference + learner).
+First each stage alone in this process (bench/stages.py): the project's own stages (env,
+inference, learner, learner_replay) and the raw ones no implementation choice can move
+(env_raw, inference_best, learner_best), which give
+  limit = cores / (CPU ms per agent step of env_raw + inference_best + learner_best);
+the own stages give the same bound (`CPU ceiling`) and their one-after-another rate
+(`ceiling`); the gap between an own stage and its raw one is what there is to cut.
 Then the real system (experiment.py learners and actors as processes on loopback, several
 learners under one mpirun) runs for a window after a warm-up; its rate is read from the
 learner's `frames N` log lines (absl timestamps) at the start and end of the window: frames
-consumed by the learners over all ranks. Printed: a table and, last, one JSON line.
+consumed by the learners over all ranks. The default row (--learners, --actors) runs twice:
+without replay and with --replay_size=--replay_row_size --replay_ratio=--replay_row_ratio,
+each with its learner steps/s and the learner's peak RSS (which holds the replay memory).
+Printed: the stages, the rows with `achieved / limit`, and, last, one JSON line.
 """
 
+import dataclasses
 import datetime
-import functools
 import json
 import os
 import re
@@ -34,22 +31,22 @@ import time
 
 import horovod.tensorflow as hvd
 import numpy as np
-import psutil
-import tensorflow as tf
 from absl import app, flags
 
 import config as config_lib
 import local_cluster
-import train_step
-import unrolls
-from actor import create_env
 from bench import cluster
+from bench import stages as stages_lib
 from experiment import build_agent
 
 flags.DEFINE_integer("actors", 2, "Actors (over all learners) of the default configuration.")
 flags.DEFINE_integer("learners", 1, "Learners of the default configuration.")
 flags.DEFINE_list("table_actors", ["1", "2", "4"], "Actor counts of the full table.")
 flags.DEFINE_list("table_learners", ["1", "2"], "Learner counts of the full table.")
+flags.DEFINE_integer(
+    "replay_row_size", 1024, "The default row runs again with this --replay_size (unrolls)."
+)
+flags.DEFINE_float("replay_row_ratio", 1.0, "... and this --replay_ratio.")
 flags.DEFINE_bool("quick", False, "Short run: fewer repeats, shorter windows, default row only.")
 FLAGS = flags.FLAGS
 
@@ -58,76 +55,6 @@ FULL = (5.0, 5, 30, 60)
 QUICK = (2.0, 3, 15, 20)
 LOG_SECS = 2  # The learner's log interval: the resolution of the system window.
 STARTUP_TIMEOUT_SECS = 600
-
-
-def steps_per_second(step, steps_per_call, window_secs, repeats):
-    """Best rate of `step()` over `repeats` windows after a warm-up window (tracing).
-
-    The best, not the median: other work on a shared machine only ever slows a window down.
-    Returns a dict: `rate` (agent steps/s), `cpu_ms` (CPU milliseconds this process spent per
-    agent step, all its threads) and `other_cores` (cores the rest of the machine used).
-    """
-
-    def window():
-        calls, start = 0, time.perf_counter()
-        while time.perf_counter() - start < window_secs:
-            step()
-            calls += 1
-        return calls * steps_per_call, time.perf_counter() - start
-
-    window()
-    machine, own, start = cpu_seconds(None), time.process_time(), time.perf_counter()
-    windows = [window() for _ in range(repeats)]
-    own = time.process_time() - own
-    other = (cpu_seconds(None) - machine - own) / (time.perf_counter() - start)
-    return {
-        "rate": max(steps / secs for steps, secs in windows),
-        "cpu_ms": 1e3 * own / sum(steps for steps, _ in windows),
-        "other_cores": other,
-    }
-
-
-def measure_stages(config, window_secs, repeats):
-    """Agent steps/s of the env, inference and learner stages, each alone in this process."""
-    num_envs, rng = config.num_envs_per_actor, np.random.default_rng(config.seed)
-    agent, observation_spec, num_actions, frames_per_step = build_agent(config)
-    stages = {"load_average": cluster.wait_for_quiet_machine()}
-
-    env = create_env(config, "bench")
-    env_output = env.initial()
-    try:
-        stages["env"] = steps_per_second(
-            lambda: env.step(rng.integers(0, num_actions, num_envs)), num_envs, window_secs, repeats
-        )
-    finally:
-        env.close()
-
-    act = tf.function(agent.__call__)  # what Actor does with its agent
-    state = {"action": np.zeros([num_envs], np.int32), "core": agent.initial_state(num_envs)}
-
-    def inference_step():
-        agent_output, state["core"] = act(state["action"], env_output, state["core"])
-        state["action"] = tf.nest.map_structure(lambda t: t.numpy(), agent_output).action
-
-    stages["inference"] = steps_per_second(inference_step, num_envs, window_secs, repeats)
-
-    optimizer = train_step.make_optimizer(config, tf.Variable(config.learning_rate))
-    train_step.create_optimizer_state(optimizer, agent)
-    step = tf.function(functools.partial(train_step.train_step, agent, optimizer, config, hvd))
-    batch = unrolls.random_unroll(
-        agent, observation_spec, num_actions, config.batch_size, config.unroll_length, rng
-    )
-    stages["learner"] = steps_per_second(
-        lambda: step(batch)["total"].numpy(),
-        config.batch_size * config.unroll_length,
-        window_secs,
-        repeats,
-    )
-    names = ("env", "inference", "learner")
-    stages["ceiling"] = 1 / sum(1 / stages[name]["rate"] for name in names)
-    # The same bound from CPU time: all cores busy, each agent step costing its stages' CPU.
-    stages["cpu_ceiling"] = 1e3 * os.cpu_count() / sum(stages[name]["cpu_ms"] for name in names)
-    return stages, frames_per_step
 
 
 _PROGRESS_LINE = re.compile(
@@ -148,18 +75,11 @@ def progress_points(log):
     ]
 
 
-def cpu_seconds(processes):
-    """CPU seconds the processes used so far; None for the whole machine (all cores)."""
-    if processes is None:
-        times = psutil.cpu_times()
-        return times.user + times.nice + times.system + times.irq + times.softirq + times.steal
-    return sum(p.cpu_times().user + p.cpu_times().system for p in processes)
-
-
 def measure_system(
     config, num_learners, num_actors, frames_per_step, warmup_secs, window_secs, run_dir
 ):
-    """Runs the real system; its agent steps/s over the window, CPU use and peak RSS."""
+    """Runs the real system; its agent steps/s over the window, CPU use, peak RSS and PSS (the
+    largest learner's and actor's, and the total of all workers)."""
     load_average = cluster.wait_for_quiet_machine()
     flag_args = cluster.worker_flags(
         config,
@@ -176,13 +96,16 @@ def measure_system(
             time.sleep(1)
         time.sleep(warmup_secs)
         learners, actors = workers.learner_processes(), workers.actor_processes()
-        cpu_before = [cpu_seconds(group) for group in (learners, actors, None)]
+        cpu_before = [stages_lib.cpu_seconds(group) for group in (learners, actors, None)]
         start = time.time()
         time.sleep(window_secs)
         end = time.time()
-        cpu_after = [cpu_seconds(group) for group in (learners, actors, None)]
+        cpu_after = [stages_lib.cpu_seconds(group) for group in (learners, actors, None)]
         learner_rss = max(cluster.peak_rss_mb(p) for p in learners)
         actor_rss = max(cluster.peak_rss_mb(p) for p in actors)
+        # PSS splits shared pages (TF's libraries, mapped by every worker) among the processes
+        # that map them, so the workers' figures add up to what they cost the machine.
+        learner_pss, actor_pss = ([cluster.pss_mb(p) for p in g] for g in (learners, actors))
         # From the last progress line before the window to the last one in it (or, should a
         # learner step take longer than the window, to the first one after it).
         while not (later := [p for p in progress_points(workers.learner_log()) if p[0] > start]):
@@ -200,11 +123,17 @@ def measure_system(
         (after - before) / (end - start)
         for before, after in zip(cpu_before, cpu_after, strict=True)
     ]
+    agent_steps_per_second = frames_per_second / frames_per_step
     return {
         "learners": num_learners,
         "actors": num_actors,
+        "replay_size": config.replay_size,
+        "replay_ratio": config.replay_ratio if config.replay_size else 0.0,
         "load_average": load_average,
-        "agent_steps_per_s": frames_per_second / frames_per_step,
+        "agent_steps_per_s": agent_steps_per_second,
+        # Every learner step consumes B on-policy unrolls of T steps on each rank.
+        "learner_steps_per_s": agent_steps_per_second
+        / (config.batch_size * config.unroll_length * num_learners),
         "frames_per_s": frames_per_second,
         "mean_queue": float(np.mean([queue for _, _, queue in window])),
         # CPU cores busy over the window: the learners, the actors, and anything else.
@@ -213,6 +142,9 @@ def measure_system(
         "other_cores": cores[2] - cores[0] - cores[1],
         "learner_peak_rss_mb": learner_rss,
         "actor_peak_rss_mb": actor_rss,
+        "learner_pss_mb": max(learner_pss),
+        "actor_pss_mb": max(actor_pss),
+        "total_pss_mb": sum(learner_pss) + sum(actor_pss),
     }
 
 
@@ -226,6 +158,14 @@ def table_rows():
     return rows
 
 
+def print_stage(name, stage):
+    chosen = ", ".join(f"{key} {stage[key]}" for key in ("batch", "xla", "note") if key in stage)
+    print(
+        f"  {name:<16}{stage['rate']:>9.0f}{stage['cpu_ms']:>13.3f}{stage['other_cores']:>13.2f}"
+        + (f"   ({chosen})" if chosen else "")
+    )
+
+
 def main(argv):
     del argv
     hvd.init()  # one rank: the learner's train step runs without mpirun
@@ -234,22 +174,33 @@ def main(argv):
     stage_secs, repeats, warmup_secs, window_secs = QUICK if FLAGS.quick else FULL
     work_dir = tempfile.mkdtemp(prefix="impala_bench_throughput_")  # kept: the workers' logs
     print(f"logs and summaries in {work_dir}", flush=True)
-    stages, frames_per_step = measure_stages(config, stage_secs, repeats)
+    agent, observation_spec, num_actions, frames_per_step = build_agent(config)
+    num_replayed = round(config.batch_size * FLAGS.replay_row_ratio)
+    load_average = cluster.wait_for_quiet_machine()
+    stages = stages_lib.measure(
+        config, hvd, agent, observation_spec, num_actions, num_replayed, stage_secs, repeats
+    )
+    stages["load_average"] = load_average
+    replay_config = dataclasses.replace(
+        config, replay_size=FLAGS.replay_row_size, replay_ratio=FLAGS.replay_row_ratio
+    )
+    rows = [(config, *row) for row in table_rows()]
+    rows.insert(1, (replay_config, FLAGS.learners, FLAGS.actors))  # beside the default row
     results = [
         measure_system(
-            config,
+            row_config,
             learners,
             actors,
             frames_per_step,
             warmup_secs,
             window_secs,
-            os.path.join(work_dir, f"system_{learners}l_{actors}a"),
+            os.path.join(work_dir, f"system_{learners}l_{actors}a_replay{row_config.replay_size}"),
         )
-        for learners, actors in table_rows()
+        for row_config, learners, actors in rows
     ]
     for row in results:
-        row["achieved_over_ceiling"] = row["agent_steps_per_s"] / stages["ceiling"]
-        row["achieved_over_cpu_ceiling"] = row["agent_steps_per_s"] / stages["cpu_ceiling"]
+        for bound in ("limit", "ceiling", "cpu_ceiling"):
+            row[f"achieved_over_{bound}"] = row["agent_steps_per_s"] / stages[bound]
 
     print(
         f"{FLAGS.level_name}, {FLAGS.agent_name}, T={FLAGS.unroll_length}, B={FLAGS.batch_size}, "
@@ -257,25 +208,40 @@ def main(argv):
         f"({'quick' if FLAGS.quick else 'full'} mode)"
     )
     print(f"\nstages alone (1-min load {stages['load_average']}):")
-    print(f"  {'stage':<12}{'steps/s':>9}{'CPU ms/step':>13}{'other cores':>13}")
-    for name in ("env", "inference", "learner"):
-        rate, cpu_ms, other_cores = (stages[name][key] for key in ("rate", "cpu_ms", "other_cores"))
-        print(f"  {name:<12}{rate:>9.0f}{cpu_ms:>13.3f}{other_cores:>13.2f}")
-    print(f"  {'ceiling':<12}{stages['ceiling']:>9.0f}   = 1 / (1/env + 1/inference + 1/learner)")
-    print(f"  {'CPU ceiling':<12}{stages['cpu_ceiling']:>9.0f}   = cores / sum of CPU ms per step")
+    print(f"  {'stage':<16}{'steps/s':>9}{'CPU ms/step':>13}{'other cores':>13}")
+    for name in ("env", "inference", "learner", "learner_replay"):
+        print_stage(name, stages[name])
+    print(f"  {'ceiling':<16}{stages['ceiling']:>9.0f}   = 1 / (1/env + 1/inference + 1/learner)")
     print(
-        f"\n{'learners':>8}{'actors':>7}{'load':>6}{'steps/s':>9}{'frames/s':>10}{'/ceiling':>9}"
+        f"  {'CPU ceiling':<16}{stages['cpu_ceiling']:>9.0f}   = cores / "
+        "(env + inference + learner)"
+    )
+    for name in ("env_raw", "inference_best", "learner_best"):
+        print_stage(name, stages[name])
+    print(
+        f"  {'limit':<16}{stages['limit']:>9.0f}   = cores / "
+        "(env_raw + inference_best + learner_best)"
+    )
+    print(f"  (learner_replay: the step on B + {num_replayed} replayed unrolls)")
+    print(
+        f"\n{'learners':>8}{'actors':>7}{'replay':>12}{'load':>6}{'steps/s':>9}{'frames/s':>10}"
+        f"{'learner steps/s':>16}{'/limit':>7}{'/ceiling':>9}"
         f"{'/CPU ceiling':>13}{'queue':>7}{'learner cores':>14}{'actor cores':>12}"
-        f"{'other cores':>12}{'learner RSS':>12}{'actor RSS':>10}"
+        f"{'other cores':>12}{'learner peak RSS':>17}{'actor peak RSS':>15}"
+        f"{'learner PSS':>12}{'actor PSS':>10}{'total PSS':>10}"
     )
     for r in results:
+        replay_column = f"{r['replay_size']}x{r['replay_ratio']:g}" if r["replay_size"] else "off"
         print(
-            f"{r['learners']:>8}{r['actors']:>7}{r['load_average']:>6.2f}"
+            f"{r['learners']:>8}{r['actors']:>7}{replay_column:>12}{r['load_average']:>6.2f}"
             f"{r['agent_steps_per_s']:>9.0f}{r['frames_per_s']:>10.0f}"
-            f"{r['achieved_over_ceiling']:>9.2f}{r['achieved_over_cpu_ceiling']:>13.2f}"
+            f"{r['learner_steps_per_s']:>16.2f}"
+            f"{r['achieved_over_limit']:>7.2f}{r['achieved_over_ceiling']:>9.2f}"
+            f"{r['achieved_over_cpu_ceiling']:>13.2f}"
             f"{r['mean_queue']:>7.1f}"
             f"{r['learner_cores']:>14.2f}{r['actor_cores']:>12.2f}{r['other_cores']:>12.2f}"
-            f"{r['learner_peak_rss_mb']:>10.0f}MB{r['actor_peak_rss_mb']:>8.0f}MB"
+            f"{r['learner_peak_rss_mb']:>15.0f}MB{r['actor_peak_rss_mb']:>13.0f}MB"
+            f"{r['learner_pss_mb']:>10.0f}MB{r['actor_pss_mb']:>8.0f}MB{r['total_pss_mb']:>8.0f}MB"
         )
     config = {
         "level_name": FLAGS.level_name,

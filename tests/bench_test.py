@@ -1,6 +1,9 @@
-"""The benchmarks as users stop them: SIGTERM or SIGHUP leaves no worker running."""
+"""The benchmarks as users run and stop them: the throughput and scaling benchmarks end to end;
+SIGTERM or SIGHUP leaves no worker running."""
 
+import json
 import signal
+import subprocess
 import sys
 import time
 
@@ -8,6 +11,7 @@ import psutil
 import pytest
 
 import local_cluster
+import network_namespaces
 
 pytestmark = pytest.mark.slow
 
@@ -37,3 +41,72 @@ def test_a_stopped_benchmark_takes_its_workers_with_it(start, tmp_path, signum):
     assert bench.wait(timeout=120) == 128 + signum, bench.log()[-3000:]
     _, alive = psutil.wait_procs(workers, timeout=60)
     assert alive == [], [p.cmdline() for p in alive]
+
+
+def test_the_throughput_benchmark_measures_every_stage_and_the_replay_row(start, tmp_path):
+    """bench.throughput --quick end to end on CartPole: each stage, the default row without and
+    with replay, and the JSON line that carries them (figures positive, not judged: the
+    machine may be loaded)."""
+    bench = start(
+        [
+            sys.executable,
+            "-m",
+            "bench.throughput",
+            "--quick",
+            "--level_name=CartPole-v1",
+            "--agent_name=MLPAgent",
+            "--batch_size=4",
+            "--replay_row_size=64",
+            "--max_load=1000",
+        ],
+        "bench",
+    )
+    assert bench.wait(timeout=900) == 0, bench.log()[-3000:]
+    result = json.loads(
+        [line for line in bench.log().splitlines() if line.startswith('{"config"')][-1]
+    )
+    for stage in ("env", "inference", "learner", "learner_replay"):
+        assert result["stages"][stage]["rate"] > 0, stage
+    without, with_replay = result["system"]
+    assert (without["replay_size"], with_replay["replay_size"]) == (0, 64)
+    for row in (without, with_replay):
+        assert row["agent_steps_per_s"] > 0 and row["learner_steps_per_s"] > 0, row
+        assert row["learner_peak_rss_mb"] > 0 and row["learner_pss_mb"] > 0, row
+        assert row["total_pss_mb"] >= row["learner_pss_mb"] + row["actor_pss_mb"], row
+
+
+@pytest.mark.skipif(
+    network_namespaces.skip_reason("tc", "mpirun") is not None,
+    reason=str(network_namespaces.skip_reason("tc", "mpirun")),
+)
+def test_the_scaling_benchmark_measures_allreduces_across_namespaces(start):
+    """bench.scaling with one agent, one rate and Horovod's defaults: two real mpirun jobs whose
+    ranks live in network namespaces (2 and 4 "hosts"), then the projection from them."""
+    bench = start(
+        [
+            sys.executable,
+            "-m",
+            "bench.scaling",
+            "--agents=SimpleConvNetAgent",
+            "--rates=1gbit",
+            "--options=default",
+            "--rtts_ms=0.2",
+            "--repeats=3",
+        ],
+        "bench",
+    )
+    assert bench.wait(timeout=900) == 0, bench.log()[-3000:]
+    result = json.loads([line for line in bench.log().splitlines() if line.startswith("{")][-1])
+    measured = {m["ranks"]: m["allreduce_ms"] for m in result["measured"]}
+    assert sorted(measured) == [2, 4] and all(ms > 0 for ms in measured.values()), measured
+    projection = {p["learners"]: p for p in result["projection"]}
+    assert sorted(projection) == [1, 2, 4, 8, 16]
+    assert projection[1]["efficiency"] == 1 and projection[1]["allreduce_ms"] == 0
+    for k in (2, 4, 8, 16):
+        assert 0 < projection[k]["efficiency"] < 1, projection[k]
+    assert not any(name.startswith("impb-") for name in namespaces()), "namespaces left behind"
+
+
+def namespaces():
+    listing = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    return [line.split()[0] for line in listing.splitlines() if line.strip()]

@@ -9,7 +9,7 @@ import tensorflow as tf
 import pixel_games
 import summaries
 from local_cluster import cluster_flags
-from tests.training_settings import CARTPOLE
+from tests.training_settings import CARTPOLE, CARTPOLE_ADAM
 
 pytestmark = pytest.mark.slow
 
@@ -34,12 +34,7 @@ def test_one_learner_two_actors_learn_cartpole(spawn, tmp_path):
         spawn,
         tmp_path / "logdir",
         [
-            *CARTPOLE,
-            # With the default 0.0006 the mean hovered at 150-200 from 200K to 400K frames (one
-            # run in four fell short of the bar); with 0.003 it passed 11 runs of 11, last 20
-            # games averaging 180 to 500 (median 459: brief policy collapses make it vary),
-            # every run above 150 by 75K frames (8 runs checked).
-            "--learning_rate=0.003",
+            *CARTPOLE_ADAM,
             "--total_environment_frames=400000",
         ],
         timeout=600,
@@ -56,8 +51,7 @@ def test_one_learner_two_actors_learn_cartpole_with_replay(spawn, tmp_path):
         spawn,
         tmp_path / "logdir",
         [
-            *CARTPOLE,
-            "--learning_rate=0.003",
+            *CARTPOLE_ADAM,
             "--total_environment_frames=400000",
             "--replay_size=2000",
             "--replay_ratio=1",

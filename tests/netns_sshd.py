@@ -1,9 +1,8 @@
 """Remote hosts for launch tests: network namespaces, each with a real sshd.
 
-Host i is the namespace `NAME` joined to this machine by a veth pair: this side has
-10.A.B.1/24, the namespace side 10.A.B.2/24 and a default route back through it, so processes in
-the namespace can reach this machine's veth addresses and nothing else. 10.A.B.0/24 is chosen at
-random among private /24s this machine has no route to. Each namespace runs
+Host i is a namespace joined to this machine by a veth pair (network_namespaces.VethNamespace:
+10.A.B.1/24 here, 10.A.B.2/24 there, a default route back), so processes in the namespace can
+reach this machine's veth addresses and nothing else. Each namespace runs
 `/usr/sbin/sshd -D` with a throwaway host key; it accepts the test's user key (for root) and
 passwords (for the throwaway user). Namespaces share this machine's PIDs and files, so a test
 can check "remote" processes with psutil and read "remote" files directly.
@@ -17,10 +16,7 @@ still cleans up what was made.
 
 import contextlib
 import dataclasses
-import ipaddress
-import json
 import os
-import random
 import secrets
 import shutil
 import socket
@@ -31,6 +27,8 @@ import time
 
 import psutil
 
+import network_namespaces
+
 SSHD = "/usr/sbin/sshd"
 
 
@@ -38,40 +36,13 @@ def skip_reason():
     """Why these fixtures cannot run here, or None."""
     if os.geteuid() != 0:
         return "needs root to create network namespaces and users"
-    for tool in ("ip", SSHD, "ssh-keygen", "useradd", "userdel", "chpasswd"):
-        if not shutil.which(tool):
-            return f"{tool} is not installed"
-    name = f"impt-probe-{secrets.token_hex(3)}"
-    if subprocess.run(["ip", "netns", "add", name], capture_output=True).returncode != 0:
-        return "no privilege to create network namespaces (ip netns add failed)"
-    subprocess.run(["ip", "netns", "del", name], check=True)
-    return None
-
-
-def _run(*argv, namespace=None):
-    prefix = ["ip", "netns", "exec", namespace] if namespace else []
-    return subprocess.run(prefix + list(argv), check=True, capture_output=True, text=True).stdout
-
-
-def _free_subnet():
-    """A random 10.A.B.0/24 that overlaps no route of this machine."""
-    routed = [
-        ipaddress.ip_network(route["dst"])
-        for route in json.loads(_run("ip", "-j", "-4", "route", "show", "table", "all"))
-        if route["dst"] != "default" and route["dst"][0].isdigit()
-    ]
-    while True:
-        subnet = ipaddress.ip_network(
-            f"10.{random.randint(100, 250)}.{random.randint(0, 255)}.0/24"
-        )
-        if not any(subnet.overlaps(net) for net in routed):
-            return subnet
+    return network_namespaces.skip_reason(SSHD, "ssh-keygen", "useradd", "userdel", "chpasswd")
 
 
 def _free_port(namespace):
     """A port nobody listens on in `namespace` (bind port 0 there)."""
     code = "import socket; s = socket.socket(); s.bind(('', 0)); print(s.getsockname()[1])"
-    return int(_run(sys.executable, "-c", code, namespace=namespace))
+    return int(network_namespaces.run(sys.executable, "-c", code, namespace=namespace))
 
 
 def keygen(path):
@@ -117,7 +88,7 @@ class Hosts:
             f.write(authorized + "\n")
 
         self.user, self.password = f"impt{tag}", secrets.token_urlsafe(12)
-        _run("useradd", "--no-create-home", "--shell", "/bin/sh", self.user)
+        network_namespaces.run("useradd", "--no-create-home", "--shell", "/bin/sh", self.user)
         self._undo.append(self._delete_user)
         subprocess.run(["chpasswd"], input=f"{self.user}:{self.password}\n", text=True, check=True)
 
@@ -129,18 +100,9 @@ class Hosts:
         ]
 
     def _add_host(self, namespace, host_iface, ns_iface):
-        subnet = _free_subnet()
-        host_ip, ip = str(subnet[1]), str(subnet[2])
-        _run("ip", "netns", "add", namespace)
-        self._undo.append(lambda: self._delete_namespace(namespace, host_iface))
-        _run("ip", "link", "add", host_iface, "type", "veth", "peer", "name", ns_iface)
-        _run("ip", "link", "set", ns_iface, "netns", namespace)
-        _run("ip", "addr", "add", f"{host_ip}/24", "dev", host_iface)
-        _run("ip", "link", "set", host_iface, "up")
-        _run("ip", "addr", "add", f"{ip}/24", "dev", ns_iface, namespace=namespace)
-        _run("ip", "link", "set", ns_iface, "up", namespace=namespace)
-        _run("ip", "link", "set", "lo", "up", namespace=namespace)
-        _run("ip", "route", "add", "default", "via", host_ip, namespace=namespace)
+        veth = network_namespaces.VethNamespace(namespace, host_iface, ns_iface)
+        self._undo.append(veth.close)
+        host_ip, ip = veth.host_ip, veth.ip
 
         directory = os.path.join(self.dir, namespace)
         os.makedirs(directory)
@@ -178,24 +140,8 @@ class Hosts:
             f.writelines(h.known_hosts_line + "\n" for h in hosts or self.hosts)
         return path
 
-    @staticmethod
-    def _kill(pids):
-        """SIGKILLs the test's leftover processes, by PID."""
-        processes = []
-        for pid in pids:
-            with contextlib.suppress(psutil.NoSuchProcess):
-                processes.append(psutil.Process(pid))
-                processes[-1].kill()
-        psutil.wait_procs(processes, timeout=10)
-
-    def _delete_namespace(self, namespace, host_iface):
-        pids = subprocess.run(["ip", "netns", "pids", namespace], capture_output=True, text=True)
-        self._kill(int(pid) for pid in pids.stdout.split())
-        subprocess.run(["ip", "netns", "del", namespace], capture_output=True)
-        subprocess.run(["ip", "link", "del", host_iface], capture_output=True)  # If still there.
-
     def _delete_user(self):
-        self._kill(
+        network_namespaces.kill_processes(
             p.pid for p in psutil.process_iter(["username"]) if p.info["username"] == self.user
         )
         subprocess.run(["userdel", self.user], capture_output=True)

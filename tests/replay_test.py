@@ -183,33 +183,78 @@ def mlp_setup(seed=0):
     return agent, batch
 
 
+def on_policy(agent, batch):
+    """`batch` (batch-major) with the agent's current logits and values stored as behaviour's:
+    rho = 1, and the stored values are the current ones."""
+    inputs = unrolls.to_time_major(batch)
+    learner_outputs, _ = agent.unroll(
+        inputs.agent_outputs.action, inputs.env_outputs, inputs.agent_state
+    )
+
+    def current(stored, computed):
+        """agent_outputs[:, t + 1] was computed on env_outputs[:, t]."""
+        computed = np.swapaxes(computed.numpy()[:-1], 0, 1)
+        return np.concatenate([stored[:, :1], computed], axis=1)
+
+    return batch._replace(
+        agent_outputs=batch.agent_outputs._replace(
+            policy_logits=current(batch.agent_outputs.policy_logits, learner_outputs.policy_logits),
+            baseline=current(batch.agent_outputs.baseline, learner_outputs.baseline),
+        )
+    )
+
+
+def loss_gradients(agent, batch, config):
+    with tf.GradientTape() as tape:
+        total, _, stats = train_step.vtrace_loss(agent, unrolls.to_time_major(batch), config)
+    return tape.gradient(total, agent.trainable_variables), stats
+
+
+def test_policy_clip_on_policy_is_the_policy_gradient_and_off_policy_clips():
+    """On-policy (ratio 1, stored values the current ones) PPO's clipped surrogate has IMPALA's
+    gradient; on a batch from another policy the two differ."""
+    agent, batch = mlp_setup()
+    impala, clipped = config_lib.Config(), config_lib.Config(policy_clip=0.1)
+    current = on_policy(agent, batch)
+    for expected, actual in zip(
+        loss_gradients(agent, current, impala)[0],
+        loss_gradients(agent, current, clipped)[0],
+        strict=True,
+    ):
+        np.testing.assert_allclose(actual, expected, rtol=1e-4, atol=1e-6)
+    # Its advantages come from the values stored with the unroll, not the current ones.
+    other_values = current._replace(
+        agent_outputs=current.agent_outputs._replace(
+            baseline=current.agent_outputs.baseline + np.linspace(-1, 1, T + 1, dtype=np.float32)
+        )
+    )
+    policy_weights = [v.name for v in agent.trainable_variables].index(
+        "mlp_agent/policy_logits/w:0"
+    )
+    assert not np.allclose(
+        loss_gradients(agent, other_values, clipped)[0][policy_weights],
+        loss_gradients(agent, current, clipped)[0][policy_weights],
+        atol=1e-4,
+    )
+    impala_gradients, stats = loss_gradients(agent, batch, impala)
+    clipped_gradients, _ = loss_gradients(agent, batch, clipped)
+    assert float(stats["mean_abs_log_rho"]) > 0.1
+    assert not np.allclose(
+        clipped_gradients[policy_weights], impala_gradients[policy_weights], atol=1e-4
+    )
+
+
 def test_vtrace_uses_the_stored_behaviour_logits_of_a_replayed_unroll():
     """The importance weights pi/mu use mu = the logits stored in the unroll, not the current
     policy: with stored logits unlike the current policy's, |log rho| is far from 0, and the
     loss equals V-trace computed by hand from those stored logits."""
     agent, batch = mlp_setup()
     config = config_lib.Config()
-    inputs = unrolls.to_time_major(batch)
-    learner_outputs, _ = agent.unroll(
-        inputs.agent_outputs.action, inputs.env_outputs, inputs.agent_state
-    )
-    _, parts, stats = train_step.vtrace_loss(agent, inputs, config)
+    _, parts, stats = train_step.vtrace_loss(agent, unrolls.to_time_major(batch), config)
     assert float(stats["mean_abs_log_rho"]) > 0.1
 
-    # The same batch with the current policy's logits stored as behaviour: on-policy, rho = 1.
-    current = batch._replace(
-        agent_outputs=batch.agent_outputs._replace(
-            policy_logits=np.concatenate(
-                [
-                    batch.agent_outputs.policy_logits[:, :1],
-                    np.transpose(learner_outputs.policy_logits.numpy()[:-1], [1, 0, 2]),
-                ],
-                axis=1,
-            )
-        )
-    )
     _, on_policy_parts, on_policy_stats = train_step.vtrace_loss(
-        agent, unrolls.to_time_major(current), config
+        agent, unrolls.to_time_major(on_policy(agent, batch)), config
     )
     assert float(on_policy_stats["mean_abs_log_rho"]) < 1e-5
     assert not np.isclose(

@@ -1,0 +1,192 @@
+"""The system's stages, each timed alone in this process: the project's own, and the raw limit.
+
+Two sets, measured in the same run (bench/throughput.py prints both):
+  own stages, as the system runs them:
+    env             the actors' vector environment (actor.create_env), random actions;
+    inference       tf.function(agent.__call__) at batch --num_envs_per_actor, outputs to
+                    numpy, as the actor calls it;
+    learner         the learner's train step (train_step.train_step) on a synthetic batch of B
+                    unrolls of T steps, numpy arrays as dequeued;
+    learner_replay  the same on B + round(B * replay ratio) unrolls (a learner with replay);
+  the limit, stages no implementation choice of this project can move:
+    env_raw         ale-py's AtariVectorEnv alone (same game, preprocessing and frame stack,
+                    num_threads = cores, random actions, no wrapper of ours); for other
+                    environments, the env stage;
+    inference_best  the agent's forward pass, outputs to numpy, at the cheapest of batch
+                    8/16/32/64, with and without XLA;
+    learner_best    the train step alone, the cheaper of with and without XLA.
+Each stage gives agent steps/s (best window) and CPU ms per agent step (all this process's
+threads). On a saturated machine an agent step costs at least the CPU of its three stages, so
+  limit = cores / (env_raw + inference_best + learner_best)   [agent steps/s, CPU ms per step];
+the same bound from the own stages is `cpu_ceiling`, and `ceiling` = 1 / (1/env + 1/inference
++ 1/learner) is their rate run one after another.
+"""
+
+import functools
+import os
+import time
+
+import numpy as np
+import psutil
+import tensorflow as tf
+
+import environments
+import train_step
+import unrolls
+from actor import create_env
+
+INFERENCE_BATCHES = (8, 16, 32, 64)
+
+
+def cpu_seconds(processes):
+    """CPU seconds the processes used so far; None for the whole machine (all cores)."""
+    if processes is None:
+        times = psutil.cpu_times()
+        return times.user + times.nice + times.system + times.irq + times.softirq + times.steal
+    return sum(p.cpu_times().user + p.cpu_times().system for p in processes)
+
+
+def steps_per_second(step, steps_per_call, window_secs, repeats):
+    """Best rate of `step()` over `repeats` windows after a warm-up window (tracing).
+
+    The best, not the median: other work on a shared machine only ever slows a window down.
+    Returns a dict: `rate` (agent steps/s), `cpu_ms` (CPU milliseconds this process spent per
+    agent step, all its threads) and `other_cores` (cores the rest of the machine used).
+    """
+
+    def window():
+        calls, start = 0, time.perf_counter()
+        while time.perf_counter() - start < window_secs:
+            step()
+            calls += 1
+        return calls * steps_per_call, time.perf_counter() - start
+
+    window()
+    machine, own, start = cpu_seconds(None), time.process_time(), time.perf_counter()
+    windows = [window() for _ in range(repeats)]
+    own = time.process_time() - own
+    other = (cpu_seconds(None) - machine - own) / (time.perf_counter() - start)
+    return {
+        "rate": max(steps / secs for steps, secs in windows),
+        "cpu_ms": 1e3 * own / sum(steps for steps, _ in windows),
+        "other_cores": other,
+    }
+
+
+def _env_output(env_output, batch):
+    """The first env output's arrays tiled to `batch` environments (inference inputs)."""
+    return tf.nest.map_structure(lambda x: np.resize(x, (batch, *np.shape(x)[1:])), env_output)
+
+
+def _inference(agent, env_output, num_actions, batch, jit_compile, window_secs, repeats):
+    act = tf.function(agent.__call__, jit_compile=jit_compile)
+    inputs = _env_output(env_output, batch)
+    state = {"action": np.zeros([batch], np.int32), "core": agent.initial_state(batch)}
+
+    def inference_step():
+        agent_output, state["core"] = act(state["action"], inputs, state["core"])
+        state["action"] = tf.nest.map_structure(lambda t: t.numpy(), agent_output).action
+        state["action"] %= num_actions
+
+    return steps_per_second(inference_step, batch, window_secs, repeats)
+
+
+def _learner(agent, config, hvd, batch, jit_compile, window_secs, repeats):
+    """The train step on `batch` (its own optimizer, so the agent's variables are shared only)."""
+    optimizer = train_step.make_optimizer(config, tf.Variable(config.learning_rate))
+    train_step.create_optimizer_state(optimizer, agent)
+    step = tf.function(
+        functools.partial(train_step.train_step, agent, optimizer, config, hvd),
+        jit_compile=jit_compile,
+    )
+    weights = np.ones(len(batch.parameter_version), np.float32)
+    return steps_per_second(
+        lambda: step(batch, weights)[0]["total"].numpy(),
+        config.batch_size * config.unroll_length,  # on-policy agent steps per learner step
+        window_secs,
+        repeats,
+    )
+
+
+def _env_raw(config, window_secs, repeats):
+    """ale-py's AtariVectorEnv alone, configured as environments.AtariVectorEnvironment does,
+    stepped by as many threads as cores."""
+    settings = environments.AtariSettings(
+        config.level_name, False, config.width, config.height, config.sticky_actions
+    )
+    env = environments.ale_vector_env(
+        settings, config.num_envs_per_actor, num_threads=os.cpu_count()
+    )
+    env.reset(seed=config.seed)
+    num_actions, rng = int(env.single_action_space.n), np.random.default_rng(config.seed)
+    try:
+        return steps_per_second(
+            lambda: env.step(rng.integers(0, num_actions, config.num_envs_per_actor, np.int32)),
+            config.num_envs_per_actor,
+            window_secs,
+            repeats,
+        )
+    finally:
+        env.close()
+
+
+def measure(config, hvd, agent, observation_spec, num_actions, num_replayed, window_secs, repeats):
+    """Every stage of the module docstring, timed alone; returns {name: steps_per_second dict}
+    plus `limit` (agent steps/s) and the configuration each `*_best` stage chose."""
+    rng = np.random.default_rng(config.seed)
+    stages = {}
+    env = create_env(config, "bench")
+    env_output = env.initial()
+    try:
+        stages["env"] = steps_per_second(
+            lambda: env.step(rng.integers(0, num_actions, config.num_envs_per_actor)),
+            config.num_envs_per_actor,
+            window_secs,
+            repeats,
+        )
+    finally:
+        env.close()
+    inference = functools.partial(
+        _inference, agent, env_output, num_actions, window_secs=window_secs, repeats=repeats
+    )
+    stages["inference"] = inference(config.num_envs_per_actor, jit_compile=False)
+
+    def batch(size):
+        return unrolls.random_unroll(
+            agent, observation_spec, num_actions, size, config.unroll_length, rng
+        )
+
+    learner = functools.partial(
+        _learner, agent, config, hvd, window_secs=window_secs, repeats=repeats
+    )
+    stages["learner"] = learner(batch(config.batch_size), jit_compile=False)
+    stages["learner_replay"] = learner(batch(config.batch_size + num_replayed), jit_compile=False)
+
+    if environments.atari_id(config.level_name):
+        stages["env_raw"] = _env_raw(config, window_secs, repeats)
+    else:
+        stages["env_raw"] = dict(stages["env"], note="not Atari: the env stage")
+    candidates = {
+        (size, jit): inference(size, jit_compile=jit)
+        for size in INFERENCE_BATCHES
+        for jit in (False, True)
+    }
+    (size, jit), stages["inference_best"] = min(candidates.items(), key=lambda c: c[1]["cpu_ms"])
+    stages["inference_best"] = dict(stages["inference_best"], batch=size, xla=jit)
+    xla = learner(batch(config.batch_size), jit_compile=True)
+    stages["learner_best"] = min(
+        [dict(stages["learner"], xla=False), dict(xla, xla=True)], key=lambda s: s["cpu_ms"]
+    )
+    stages["limit"] = cpu_bound(stages, ("env_raw", "inference_best", "learner_best"))
+    # The project's own stages: run one after another (a stage alone may leave cores idle),
+    # and the same CPU bound.
+    own = ("env", "inference", "learner")
+    stages["ceiling"] = 1 / sum(1 / stages[name]["rate"] for name in own)
+    stages["cpu_ceiling"] = cpu_bound(stages, own)
+    return stages
+
+
+def cpu_bound(stages, names):
+    """Agent steps/s of a machine whose cores are all busy, each step costing the CPU time of
+    the named stages: cores / sum of their CPU ms per agent step."""
+    return 1e3 * os.cpu_count() / sum(stages[name]["cpu_ms"] for name in names)

@@ -4,7 +4,7 @@
 
 (from the repository root). Every training flag (the fields of config.Config) is accepted and
 forwarded to the workers; defaults: Pong, SimpleConvNetAgent, T=20, B=32, 8 environments per
-actor. A full run takes ~15 minutes, --quick ~5.
+actor. A full run takes ~25 minutes on 2 cores, --quick ~5.
 
 First each stage alone in this process (bench/stages.py): the project's own stages (env,
 inference, learner, learner_replay) and the raw ones no implementation choice can move

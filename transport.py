@@ -242,8 +242,19 @@ class Transport:
     # Actor side.
 
     def pull_parameters(self):
-        """(list of numpy parameters, version); FailedPreconditionError before initialisation."""
-        return self.session.run(self._read_parameters)
+        """(list of numpy parameters, version >= 1).
+
+        Raises FailedPreconditionError before the learner has initialised its state, and also
+        between that and its first publish: version 0 is the zeros the variables start from, not
+        the learner's parameters (an actor that acted on them sent unrolls of a uniform policy,
+        seen under load as a first |log rho| of 1e-3 where 0 was due).
+        """
+        parameters, version = self.session.run(self._read_parameters)
+        if version == 0:
+            raise tf.errors.FailedPreconditionError(
+                None, None, "the learner has not published its parameters yet"
+            )
+        return parameters, version
 
     def enqueue(self, flat_unrolls):
         """Enqueues a flat list of [N, ...] numpy arrays: N unrolls."""

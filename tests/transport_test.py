@@ -25,6 +25,8 @@ def test_parameters_and_unrolls_cross_between_processes_roles(learner_and_actor)
         actor.pull_parameters()  # the learner has not initialised its state yet
 
     learner.initialize()
+    with pytest.raises(tf.errors.FailedPreconditionError, match="not published"):
+        actor.pull_parameters()  # initialised to zeros: not the learner's parameters yet
     published = [np.full((2, 3), 1.5, np.float32), np.arange(4, dtype=np.float32)]
     assert learner.publish(published) == 1
     pulled, version = actor.pull_parameters()

@@ -1,6 +1,6 @@
 """Multi-learner scaling beyond one host, projected from gradient allreduces over shaped links.
 
-  .venv/bin/python -m bench.scaling [--rates=1gbit,10gbit] [--ranks=2,4] [--rtts_ms=0.2,2]
+  .venv/bin/python -m bench.scaling [--rates=1gbit,10gbit] [--rtts_ms=0.2,2]
 
 (as root, from the repository root; ~10 minutes). Learner hosts are network namespaces
 (network_namespaces.VethNamespace, routed through this machine), each link shaped with tc's
@@ -35,10 +35,10 @@ import tempfile
 
 from absl import app, flags
 
+import local_cluster
 import network_namespaces
 
 flags.DEFINE_list("rates", ["1gbit", "10gbit"], "Link rates (tc tbf syntax).")
-flags.DEFINE_list("ranks", ["2", "4"], "Rank counts measured (one namespace each).")
 flags.DEFINE_list("rtts_ms", ["0.2", "2"], "Round trips added by the ring model (ms).")
 flags.DEFINE_list("agents", ["SimpleConvNetAgent", "ResNetLSTMAgent"], "Agents measured.")
 flags.DEFINE_list("options", ["default", "fusion off", "fp16"], "Horovod options measured.")
@@ -53,6 +53,7 @@ OPTIONS = {  # name: (extra mpirun arguments, bench/allreduce.py flags)
     "fusion off": (["-x", "HOROVOD_FUSION_THRESHOLD=0"], []),
     "fp16": ([], ["--compression=fp16"]),
 }
+RANKS = (2, 4)  # rank counts measured, one namespace each; the ring fit uses both
 FRAMES_PER_AGENT_STEP = 4
 # The original Horovod IMPALA tweak's published scale-up (agent steps/s by learner count).
 PUBLISHED = {1: 5800, 4: 18800}
@@ -180,19 +181,17 @@ def main(argv):
     unknown = set(FLAGS.options) - set(OPTIONS)
     if unknown:
         raise app.UsageError(f"--options: unknown {sorted(unknown)}; known: {list(OPTIONS)}")
-    ranks = sorted(int(n) for n in FLAGS.ranks)
-    if ranks != [2, 4]:
-        raise app.UsageError("--ranks must be 2,4 (the ring fit uses both)")
+    local_cluster.exit_cleanly_on_termination()  # SIGTERM/SIGHUP still remove the namespaces
     print("one learner's train step (one rank, this machine)...", flush=True)
     step_ms = {r["agent"]: r["train_step_ms"] for r in allreduce_bench([])["results"]}
 
     measured = []  # rows: agent, rate, option, ranks, allreduce ms
-    with learner_hosts(max(ranks)) as (hosts, rsh_agent):
+    with learner_hosts(max(RANKS)) as (hosts, rsh_agent):
         for rate in FLAGS.rates:
             shape_links(hosts, rate)
             for option in FLAGS.options:
                 mpirun_args, bench_flags = OPTIONS[option]
-                for n in ranks:
+                for n in RANKS:
                     print(f"allreduce: {rate}, {option}, {n} ranks...", flush=True)
                     result = allreduce_bench(
                         ["--notrain_step", *bench_flags], mpirun_args, hosts[:n], rsh_agent
@@ -227,7 +226,8 @@ def main(argv):
         four = next(
             x["allreduce_ms"]
             for x in measured
-            if (x["agent"], x["rate"], x["option"], x["ranks"]) == (*_key(m), 4)
+            if (x["agent"], x["rate"], x["option"], x["ranks"])
+            == (m["agent"], m["rate"], m["option"], 4)
         )
         fit = ring_fit({2: m["allreduce_ms"], 4: four})
         for rtt in map(float, FLAGS.rtts_ms):
@@ -271,10 +271,6 @@ def main(argv):
              "published": PUBLISHED}
         )
     )  # fmt: skip
-
-
-def _key(row):
-    return row["agent"], row["rate"], row["option"]
 
 
 if __name__ == "__main__":

@@ -33,9 +33,7 @@ SSHD = "/usr/sbin/sshd"
 
 
 def skip_reason():
-    """Why these fixtures cannot run here, or None."""
-    if os.geteuid() != 0:
-        return "needs root to create network namespaces and users"
+    """Why these fixtures cannot run here (root, namespaces, sshd and user tools), or None."""
     return network_namespaces.skip_reason(SSHD, "ssh-keygen", "useradd", "userdel", "chpasswd")
 
 

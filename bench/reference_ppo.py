@@ -16,6 +16,12 @@ Run it in its own virtualenv (PyTorch must not enter the project's), see bench/r
 Prints one line every ~50K frames (frames, frames/s, mean return of the last 100 games, policy
 entropy as a fraction of its maximum) and writes `frames,episode_return` per finished game to
 --output, the same columns `bench.learning` reads.
+
+For `bench.lockstep` (our learner fed this reference's batches): --initial_weights starts the
+network from our SimpleConvNetAgent's weights (an .npz by variable name), and --save_batches
+writes each rollout (`batch_00000.npz`, ...: obs [T, N, 84, 84, 4], next_obs, action, logits,
+reward, done, next_done, value) and, at the end, this network's logits on the last rollout's
+observations (`final_logits.npy`, [T, N, A]).
 """
 
 import argparse
@@ -61,6 +67,28 @@ class NatureCNN(nn.Module):
         features = self.torso(frames.permute(0, 3, 1, 2).float() / 255.0)
         return self.policy(features), self.value(features).squeeze(-1)
 
+    @torch.no_grad()
+    def load_project_weights(self, weights):
+        """Copies our SimpleConvNetAgent's variables (name -> array, Sonnet layouts) in.
+
+        Convs: [kh, kw, in, out] -> [out, in, kh, kw]. The linear layer reads the conv output
+        flattened channels-last ([7, 7, 64]) there and channels-first ([64, 7, 7]) here, so its
+        input rows are permuted. Our heads also read the last reward and one-hot last action
+        after the 512 features: those rows are dropped (bench.lockstep zeroes them).
+        """
+        by_layer = {name.split("/", 1)[1].removesuffix(":0"): w for name, w in weights.items()}
+        convs = [layer for layer in self.torso if isinstance(layer, nn.Conv2d)]
+        for i, conv in enumerate(convs):
+            conv.weight.copy_(torch.from_numpy(by_layer[f"conv_{i}/w"].transpose(3, 2, 0, 1)))
+            conv.bias.copy_(torch.from_numpy(by_layer[f"conv_{i}/b"]))
+        linear = self.torso[-2]
+        channels_first = by_layer["linear/w"].reshape(7, 7, 64, -1).transpose(2, 0, 1, 3)
+        linear.weight.copy_(torch.from_numpy(channels_first.reshape(3136, -1).T))
+        linear.bias.copy_(torch.from_numpy(by_layer["linear/b"]))
+        for head, name in ((self.policy, "policy_logits"), (self.value, "baseline")):
+            head.weight.copy_(torch.from_numpy(by_layer[f"{name}/w"][: head.in_features].T))
+            head.bias.copy_(torch.from_numpy(by_layer[f"{name}/b"]))
+
 
 def parse_args():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -80,6 +108,8 @@ def parse_args():
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--threads", type=int, default=os.cpu_count())
     parser.add_argument("--output", default="/tmp/impala_bench_learning/reference_ppo.csv")
+    parser.add_argument("--initial_weights", help="our agent's weights (.npz), see bench.lockstep")
+    parser.add_argument("--save_batches", help="directory for each rollout, see bench.lockstep")
     return parser.parse_args()
 
 
@@ -90,11 +120,16 @@ def main():
     env = environments.create_vector_environment(args.level_name, args.num_envs, args.seed)
     frames_per_step = environments.action_repeat(args.level_name)
     net = NatureCNN(env.num_actions)
+    if args.initial_weights:
+        net.load_project_weights(dict(np.load(args.initial_weights)))
+    if args.save_batches:
+        os.makedirs(args.save_batches, exist_ok=True)
     optimizer = torch.optim.Adam(net.parameters(), lr=args.learning_rate, eps=1e-5)
     n, s = args.num_envs, args.num_steps
     observations = torch.zeros((s, n, *env.observation_spec[0]), dtype=torch.uint8)
     actions = torch.zeros((s, n), dtype=torch.long)
     log_probs, rewards, dones, values = (torch.zeros((s, n)) for _ in range(4))
+    all_logits = torch.zeros((s, n, env.num_actions))
     output = env.initial()
     next_observation = torch.from_numpy(output.observation)
     next_done = torch.zeros(n)
@@ -109,10 +144,11 @@ def main():
                 logits, value = net(next_observation)
             distribution = torch.distributions.Categorical(logits=logits)
             action = distribution.sample()
-            actions[step], log_probs[step], values[step] = (
+            actions[step], log_probs[step], values[step], all_logits[step] = (
                 action,
                 distribution.log_prob(action),
                 value,
+                logits,
             )
             output = env.step(action.numpy().astype(np.int32))
             rewards[step] = torch.from_numpy(np.sign(output.reward))
@@ -120,6 +156,14 @@ def main():
             next_done = torch.from_numpy(output.done.astype(np.float32))
             frames += n * frames_per_step
             games.add(frames, output.info.episode_return[output.info.game_over])
+        if args.save_batches:
+            rollout = dict(obs=observations, next_obs=next_observation, action=actions)
+            rollout.update(logits=all_logits, reward=rewards, value=values)
+            rollout.update(done=dones, next_done=next_done)
+            np.savez_compressed(  # Atari frames compress ~20x
+                os.path.join(args.save_batches, f"batch_{update:05d}.npz"),
+                **{name: tensor.numpy() for name, tensor in rollout.items()},
+            )
 
         with torch.no_grad():  # GAE(lambda) advantages, cut where an episode ended
             _, next_value = net(next_observation)
@@ -161,6 +205,13 @@ def main():
 
         games.report(frames, f"entropy {entropy.item() / np.log(env.num_actions):.3f} of max")
     env.close()
+    if args.save_batches:  # the trained policy on the last rollout's observations
+        with torch.no_grad():
+            final_logits, _ = net(observations.reshape(s * n, *observations.shape[2:]))
+        np.save(
+            os.path.join(args.save_batches, "final_logits.npy"),
+            final_logits.reshape(s, n, -1).numpy(),
+        )
 
 
 if __name__ == "__main__":

@@ -88,6 +88,30 @@ class _OneRank:
         return 1
 
 
+def learner_step(agent, config):
+    """(the learner's train step on one rank, as a tf.function; its learning-rate variable)."""
+    learning_rate = tf.Variable(config.learning_rate)
+    optimizer = train_step.make_optimizer(config, learning_rate)
+    train_step.create_optimizer_state(optimizer, agent)
+    step = tf.function(functools.partial(train_step.train_step, agent, optimizer, config, _OneRank))
+    return step, learning_rate
+
+
+def train_on_batch(step, batch, epochs, minibatches, rng):
+    """PPO-style reuse of a batch-major Unroll [B, T+1, ...]: `epochs` passes, each over the B
+    unrolls shuffled and split in `minibatches` minibatches of whole unrolls. -> the last step's
+    outputs."""
+    num_unrolls = len(batch.parameter_version)
+    weights = np.ones(num_unrolls // minibatches, np.float32)
+    for _ in range(epochs):
+        for indices in np.split(rng.permutation(num_unrolls), minibatches):
+            minibatch = tf.nest.map_structure(
+                functools.partial(np.take, indices=indices, axis=0), batch
+            )
+            outputs, _ = step(minibatch, weights)
+    return outputs
+
+
 def main(argv):
     del argv
     if FLAGS.num_envs % FLAGS.minibatches:
@@ -111,11 +135,7 @@ def main(argv):
     )
     core_state = agent.initial_state(FLAGS.num_envs)
     act(agent_output.action, env_output, core_state)  # creates the variables
-    learning_rate = tf.Variable(config.learning_rate)
-    optimizer = train_step.make_optimizer(config, learning_rate)
-    train_step.create_optimizer_state(optimizer, agent)
-    step = tf.function(functools.partial(train_step.train_step, agent, optimizer, config, _OneRank))
-    weights = np.ones(minibatch_size, np.float32)
+    step, learning_rate = learner_step(agent, config)
     rng = np.random.default_rng(config.seed)
 
     frames, games = 0, GameLog(FLAGS.output)
@@ -137,12 +157,7 @@ def main(argv):
             agent_outputs=unrolls.stack_steps(agent_steps),
             parameter_version=np.zeros(FLAGS.num_envs, np.int64),
         )
-        for _ in range(FLAGS.epochs):  # PPO-style: shuffled minibatches of whole unrolls
-            for unroll_indices in np.split(rng.permutation(FLAGS.num_envs), FLAGS.minibatches):
-                minibatch = tf.nest.map_structure(
-                    functools.partial(np.take, indices=unroll_indices, axis=0), batch
-                )
-                outputs, _ = step(minibatch, weights)
+        outputs = train_on_batch(step, batch, FLAGS.epochs, FLAGS.minibatches, rng)
         games.report(
             frames,
             f"entropy {float(outputs['entropy_fraction']):.3f} of max | loss: pg "

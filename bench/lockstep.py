@@ -23,7 +23,6 @@ Printed: a table and, last, one JSON line.
 """
 
 import dataclasses
-import functools
 import glob
 import json
 import os
@@ -36,9 +35,8 @@ from absl import app, flags
 import agents
 import config as config_lib
 import environments
-import train_step
 import unrolls
-from bench.inprocess import _OneRank
+from bench import inprocess
 
 flags.DEFINE_integer("updates", 60, "Rollouts of 8 x 128 agent steps, learned from by both.")
 flags.DEFINE_string("reference_python", "/tmp/impala_reference_venv/bin/python", "Its Python.")
@@ -84,7 +82,7 @@ def rollout_unroll(rollout, last_action):
         environments.StepOutput(r, info, d, o)
         for r, d, o in zip(rewards, done, observations, strict=True)
     ]
-    agent_steps = [agents.AgentOutput(last_action, rollout["logits"][0] * 0, zeros)] + [
+    agent_steps = [agents.AgentOutput(last_action, np.zeros_like(rollout["logits"][0]), zeros)] + [
         agents.AgentOutput(a.astype(np.int32), logits, value)
         for a, logits, value in zip(
             rollout["action"], rollout["logits"], rollout["value"], strict=True
@@ -161,11 +159,7 @@ def main(argv):
     )  # fmt: skip
 
     # 3. Our learner on the same rollouts, in the same order.
-    learning_rate = tf.Variable(config.learning_rate)
-    optimizer = train_step.make_optimizer(config, learning_rate)
-    train_step.create_optimizer_state(optimizer, agent)
-    step = tf.function(functools.partial(train_step.train_step, agent, optimizer, config, _OneRank))
-    weights = np.ones(config.batch_size, np.float32)
+    step, learning_rate = inprocess.learner_step(agent, config)
     rng = np.random.default_rng(config.seed)
     rollouts = sorted(glob.glob(os.path.join(FLAGS.workdir, "batch_*.npz")))
     last_action = np.zeros(NUM_ENVS, np.int32)
@@ -174,12 +168,7 @@ def main(argv):
         rollout = dict(np.load(path))
         batch = rollout_unroll(rollout, last_action)
         last_action = rollout["action"][-1].astype(np.int32)
-        for _ in range(EPOCHS):
-            for indices in np.split(rng.permutation(NUM_ENVS), MINIBATCHES):
-                minibatch = tf.nest.map_structure(
-                    functools.partial(np.take, indices=indices, axis=0), batch
-                )
-                outputs, _ = step(minibatch, weights)
+        outputs = inprocess.train_on_batch(step, batch, EPOCHS, MINIBATCHES, rng)
         if (update + 1) % 10 == 0 or update + 1 == len(rollouts):
             print(
                 f"ours: update {update + 1}/{len(rollouts)} | entropy "
@@ -191,8 +180,9 @@ def main(argv):
     # Both policies on the last rollout's observations.
     reference_logits = np.load(os.path.join(FLAGS.workdir, "final_logits.npy"))
     ours = policy_logits(agent, batch)
+    start = np.load(initial_weights)
     for variable in agent.trainable_variables:  # back to the start for the initial policy
-        variable.assign(np.load(initial_weights)[variable.name])
+        variable.assign(start[variable.name])
     initial = policy_logits(agent, batch)
     result = {
         "updates": len(rollouts),

@@ -97,7 +97,7 @@ class Learner:
                 config.replay_alpha,
                 config.replay_beta,
             )
-        self._num_replayed = round(config.batch_size * config.replay_ratio)
+        self._num_replayed = replay.replayed_per_batch(config)
 
     def _request_stop(self, signum, _frame):
         self._stop_signal = signal.Signals(signum).name

@@ -42,6 +42,11 @@ class ReplayTooLargeError(ValueError):
     """--replay_size asks for more memory than the host has."""
 
 
+def replayed_per_batch(config):
+    """Replayed unrolls in each learner batch of `config`: round(B x ratio), 0 without replay."""
+    return round(config.batch_size * config.replay_ratio) if config.replay_size else 0
+
+
 def start_size(replay_size, num_replayed):
     """Unrolls the memory must hold before batches include replayed ones."""
     return max(num_replayed, replay_size // 10)

@@ -13,10 +13,10 @@ refills), and the curve reads the summaries of all parts.
   cartpole        CartPole-v1, MLPAgent, 500K frames (= agent steps): the frames at which the
                   mean return over the last 100 games first reaches 475 (target: within the
                   budget).
-  pong            PongNoFrameskip-v4, SimpleConvNetAgent, PONG_SETTINGS (replay ratio 3 with
-                  the clipped surrogate), 10M frames (2.5M agent steps, ~3 h here): the mean
-                  return of the last 100 games (target: >= +18). --quick trains 500K frames
-                  instead, to check the whole path in a few minutes.
+  pong            PongNoFrameskip-v4, SimpleConvNetAgent, the default settings (replay ratio
+                  3 with the clipped surrogate), 10M frames (2.5M agent steps, ~3 h here): the
+                  mean return of the last 100 games (target: >= +18). --quick trains 500K
+                  frames instead, to check the whole path in a few minutes.
   pong_no_replay  the same without replay (each frame learned from once).
 
 The run's settings below apply unless the flag is given on the command line: every training
@@ -42,32 +42,20 @@ from bench import cluster
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402 - after choosing the file-only backend.
 
-# PPO's Atari recipe on this learner: each agent step is learned from ~4 times (replay ratio 3,
-# as PPO's 4 epochs) under the clipped surrogate, in 256-step batches (2 on-policy + 6 replayed
-# unrolls of 32 steps, as PPO's 4 minibatches of its 8 x 128 rollout), lambda 0.95, normalised
-# advantages, lr 2.5e-4; Adam's epsilon (1e-5) and the clipping norm (0.5) are PPO's scaled by
-# the 256 steps our summed loss adds up. The IMPALA settings (B=32, T=20, one use per frame)
-# stayed at -20 over 10M frames (bench/README.md).
+# The defaults (config.Config: PPO's Atari recipe on this learner, replay ratio 3 with the
+# clipped surrogate); the IMPALA paper's settings (config.IMPALA_PAPER) stayed at -20 over 10M
+# frames (bench/README.md).
 PONG_SETTINGS = {
     "level_name": "PongNoFrameskip-v4",
     "agent_name": "SimpleConvNetAgent",
     "num_envs_per_actor": 8,
-    "batch_size": 2,
-    "unroll_length": 32,
-    "queue_capacity": 8,
-    "replay_size": 64,
-    "replay_ratio": 3.0,
-    "policy_clip": 0.1,
-    "learning_rate": 2.5e-4,
-    "vtrace_lambda": 0.95,
-    "normalize_advantages": True,
-    "epsilon": 2.56e-3,
-    "gradients_clipping": 128.0,
     "total_environment_frames": 10_000_000,
 }
 RUNS = {
     "cartpole": {
         "settings": {
+            # The IMPALA paper's settings, with which these learning rates were measured.
+            **config_lib.IMPALA_PAPER,
             "level_name": "CartPole-v1",
             "agent_name": "MLPAgent",
             "batch_size": 16,
@@ -75,11 +63,7 @@ RUNS = {
             "num_envs_per_actor": 8,
             "gradients_clipping": -1,
             "entropy_cost": 0.01,
-            # The IMPALA paper's optimizer, with which these learning rates were measured.
-            "optimizer": "rmsprop",
-            "epsilon": 0.01,
-            "initialization": "sonnet",
-            # 0.0006 (the default) reached means of ~320 and 0.002 ~410 by 500K frames; 0.003
+            # 0.0006 (the paper's) reached means of ~320 and 0.002 ~410 by 500K frames; 0.003
             # reached 475 at 395K and 482K frames, 0.005 at 315K and 394K (seeds 1 and 2).
             "learning_rate": 0.005,
             "total_environment_frames": 500_000,

@@ -5,21 +5,23 @@ Two sets, measured in the same run (bench/throughput.py prints both):
     env             the actors' vector environment (actor.create_env), random actions;
     inference       tf.function(agent.__call__) at batch --num_envs_per_actor, outputs to
                     numpy, as the actor calls it;
-    learner         the learner's train step (train_step.train_step) on a synthetic batch of B
-                    unrolls of T steps, numpy arrays as dequeued;
-    learner_replay  the same on B + round(B * replay ratio) unrolls (a learner with replay);
+    learner         the learner's train step (train_step.train_step) on a synthetic batch as
+                    the configuration trains it: B + round(B x replay ratio) unrolls of T
+                    steps (B without replay), numpy arrays as dequeued;
   the limit, stages no implementation choice of this project can move:
     env_raw         ale-py's AtariVectorEnv alone (same game, preprocessing and frame stack,
                     num_threads = cores, random actions, no wrapper of ours); for other
                     environments, the env stage;
     inference_best  the agent's forward pass, outputs to numpy, at the cheapest of batch
                     8/16/32/64, with and without XLA;
-    learner_best    the train step alone, the cheaper of with and without XLA.
-Each stage gives agent steps/s (best window) and CPU ms per agent step (all this process's
-threads). On a saturated machine an agent step costs at least the CPU of its three stages, so
-  limit = cores / (env_raw + inference_best + learner_best)   [agent steps/s, CPU ms per step];
+    learner_best    the learner stage, the cheaper of with and without XLA.
+Each stage gives steps/s (best window) and CPU ms per step (all this process's threads): agent
+steps acted for env and inference, agent steps trained on for the learner. A configuration
+trains on each agent step `uses` = (B + replayed) / B times, so on a saturated machine an
+agent step costs at least env + inference + uses x learner CPU ms, and (`bounds`)
+  limit = cores / (env_raw + inference_best + uses x learner_best)   [agent steps/s];
 the same bound from the own stages is `cpu_ceiling`, and `ceiling` = 1 / (1/env + 1/inference
-+ 1/learner) is their rate run one after another.
++ uses/learner) is their rate run one after another.
 """
 
 import functools
@@ -31,6 +33,7 @@ import psutil
 import tensorflow as tf
 
 import environments
+import replay
 import train_step
 import unrolls
 from actor import create_env
@@ -101,7 +104,7 @@ def _learner(agent, config, hvd, batch, jit_compile, window_secs, repeats):
     weights = np.ones(len(batch.parameter_version), np.float32)
     return steps_per_second(
         lambda: step(batch, weights)[0]["total"].numpy(),
-        config.batch_size * config.unroll_length,  # on-policy agent steps per learner step
+        weights.size * config.unroll_length,  # agent steps trained on per learner step
         window_secs,
         repeats,
     )
@@ -129,9 +132,9 @@ def _env_raw(config, window_secs, repeats):
         env.close()
 
 
-def measure(config, hvd, agent, observation_spec, num_actions, num_replayed, window_secs, repeats):
-    """Every stage of the module docstring, timed alone; returns {name: steps_per_second dict}
-    plus `limit` (agent steps/s) and the configuration each `*_best` stage chose."""
+def measure(config, hvd, agent, observation_spec, num_actions, window_secs, repeats):
+    """Every stage of the module docstring, timed alone; returns {name: steps_per_second dict},
+    with the configuration each `*_best` stage chose."""
     rng = np.random.default_rng(config.seed)
     stages = {}
     env = create_env(config, "bench")
@@ -151,16 +154,18 @@ def measure(config, hvd, agent, observation_spec, num_actions, num_replayed, win
     own_inference = (config.num_envs_per_actor, False)  # the actor's batch, no XLA
     stages["inference"] = inference(*own_inference)
 
-    def batch(size):
-        return unrolls.random_unroll(
-            agent, observation_spec, num_actions, size, config.unroll_length, rng
-        )
-
-    learner = functools.partial(
-        _learner, agent, config, hvd, window_secs=window_secs, repeats=repeats
+    batch = unrolls.random_unroll(
+        agent,
+        observation_spec,
+        num_actions,
+        config.batch_size + replay.replayed_per_batch(config),
+        config.unroll_length,
+        rng,
     )
-    stages["learner"] = learner(batch(config.batch_size), jit_compile=False)
-    stages["learner_replay"] = learner(batch(config.batch_size + num_replayed), jit_compile=False)
+    learner = functools.partial(
+        _learner, agent, config, hvd, batch, window_secs=window_secs, repeats=repeats
+    )
+    stages["learner"] = learner(jit_compile=False)
 
     if environments.atari_id(config.level_name):
         stages["env_raw"] = _env_raw(config, window_secs, repeats)
@@ -173,20 +178,30 @@ def measure(config, hvd, agent, observation_spec, num_actions, num_replayed, win
                 candidates[(size, jit)] = inference(size, jit)
     (size, jit), stages["inference_best"] = min(candidates.items(), key=lambda c: c[1]["cpu_ms"])
     stages["inference_best"] = dict(stages["inference_best"], batch=size, xla=jit)
-    xla = learner(batch(config.batch_size), jit_compile=True)
     stages["learner_best"] = min(
-        [dict(stages["learner"], xla=False), dict(xla, xla=True)], key=lambda s: s["cpu_ms"]
+        [dict(stages["learner"], xla=False), dict(learner(jit_compile=True), xla=True)],
+        key=lambda s: s["cpu_ms"],
     )
-    stages["limit"] = cpu_bound(stages, ("env_raw", "inference_best", "learner_best"))
-    # The project's own stages: run one after another (a stage alone may leave cores idle),
-    # and the same CPU bound.
-    own = ("env", "inference", "learner")
-    stages["ceiling"] = 1 / sum(1 / stages[name]["rate"] for name in own)
-    stages["cpu_ceiling"] = cpu_bound(stages, own)
     return stages
 
 
-def cpu_bound(stages, names):
-    """Agent steps/s of a machine whose cores are all busy, each step costing the CPU time of
-    the named stages: cores / sum of their CPU ms per agent step."""
-    return 1e3 * os.cpu_count() / sum(stages[name]["cpu_ms"] for name in names)
+def uses_per_agent_step(config):
+    """How many times the learner trains on each agent step: (B + replayed) / B."""
+    return (config.batch_size + replay.replayed_per_batch(config)) / config.batch_size
+
+
+def bounds(stages, uses):
+    """Agent steps/s bounds of a configuration that trains on each agent step `uses` times:
+    `limit` from the raw stages, and from the project's own the `cpu_ceiling` (cores busy) and
+    the `ceiling` (stages one after another; a stage alone may leave cores idle)."""
+
+    def cpu_bound(env, inference, learner):
+        cpu_ms = stages[env]["cpu_ms"] + stages[inference]["cpu_ms"]
+        return 1e3 * os.cpu_count() / (cpu_ms + uses * stages[learner]["cpu_ms"])
+
+    own_rates = (stages["env"]["rate"], stages["inference"]["rate"], stages["learner"]["rate"])
+    return {
+        "limit": cpu_bound("env_raw", "inference_best", "learner_best"),
+        "cpu_ceiling": cpu_bound("env", "inference", "learner"),
+        "ceiling": 1 / (1 / own_rates[0] + 1 / own_rates[1] + uses / own_rates[2]),
+    }

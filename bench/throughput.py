@@ -3,21 +3,24 @@
   .venv/bin/python -m bench.throughput [--quick] [training flags] [--actors=2 --learners=1]
 
 (from the repository root). Every training flag (the fields of config.Config) is accepted and
-forwarded to the workers; defaults: Pong, SimpleConvNetAgent, T=20, B=32, 8 environments per
-actor. A full run takes ~25 minutes on 2 cores, --quick ~5.
+forwarded to the workers; defaults: Config's (Pong, SimpleConvNetAgent, B=2 + 6 replayed
+unrolls of T=32, 8 environments per actor). A full run takes ~25 minutes on 2 cores, --quick ~5.
 
 First each stage alone in this process (bench/stages.py): the project's own stages (env,
-inference, learner, learner_replay) and the raw ones no implementation choice can move
-(env_raw, inference_best, learner_best), which give
-  limit = cores / (CPU ms per agent step of env_raw + inference_best + learner_best);
+inference, learner) and the raw ones no implementation choice can move (env_raw,
+inference_best, learner_best); the learner's are per agent step trained on. A configuration
+that trains on each agent step `uses` = (B + replayed) / B times has
+  limit = cores / (CPU ms per agent step of env_raw + inference_best + uses x learner_best);
 the own stages give the same bound (`CPU ceiling`) and their one-after-another rate
 (`ceiling`); the gap between an own stage and its raw one is what there is to cut.
 Then the real system (experiment.py learners and actors as processes on loopback, several
 learners under one mpirun) runs for a window after a warm-up; its rate is read from the
 learner's `frames N` log lines (absl timestamps) at the start and end of the window: frames
 consumed by the learners over all ranks. The default row (--learners, --actors) runs twice:
-without replay and with --replay_size=--replay_row_size --replay_ratio=--replay_row_ratio,
-each with its learner steps/s and the learner's peak RSS (which holds the replay memory).
+as configured and with --replay_size=--replay_row_size (0: without replay)
+--replay_ratio=--replay_row_ratio, each with its learner steps/s, the learner's peak RSS
+(which holds the replay memory) and its own bounds (the learner stage's CPU per trained step
+is the configured batch's).
 Printed: the stages, the rows with `achieved / limit`, and, last, one JSON line.
 """
 
@@ -44,7 +47,7 @@ flags.DEFINE_integer("learners", 1, "Learners of the default configuration.")
 flags.DEFINE_list("table_actors", ["1", "2", "4"], "Actor counts of the full table.")
 flags.DEFINE_list("table_learners", ["1", "2"], "Learner counts of the full table.")
 flags.DEFINE_integer(
-    "replay_row_size", 1024, "The default row runs again with this --replay_size (unrolls)."
+    "replay_row_size", 0, "The default row runs again with this --replay_size (0: no replay)."
 )
 flags.DEFINE_float("replay_row_ratio", 1.0, "... and this --replay_ratio.")
 flags.DEFINE_bool("quick", False, "Short run: fewer repeats, shorter windows, default row only.")
@@ -175,10 +178,9 @@ def main(argv):
     work_dir = tempfile.mkdtemp(prefix="impala_bench_throughput_")  # kept: the workers' logs
     print(f"logs and summaries in {work_dir}", flush=True)
     agent, observation_spec, num_actions, frames_per_step = build_agent(config)
-    num_replayed = round(config.batch_size * FLAGS.replay_row_ratio)
     load_average = cluster.wait_for_quiet_machine()
     stages = stages_lib.measure(
-        config, hvd, agent, observation_spec, num_actions, num_replayed, stage_secs, repeats
+        config, hvd, agent, observation_spec, num_actions, stage_secs, repeats
     )
     stages["load_average"] = load_average
     replay_config = dataclasses.replace(
@@ -198,9 +200,11 @@ def main(argv):
         )
         for row_config, learners, actors in rows
     ]
-    for row in results:
-        for bound in ("limit", "ceiling", "cpu_ceiling"):
-            row[f"achieved_over_{bound}"] = row["agent_steps_per_s"] / stages[bound]
+    for row, (row_config, _, _) in zip(results, rows, strict=True):
+        row["uses_per_agent_step"] = stages_lib.uses_per_agent_step(row_config)
+        for bound, steps_per_s in stages_lib.bounds(stages, row["uses_per_agent_step"]).items():
+            row[bound] = steps_per_s
+            row[f"achieved_over_{bound}"] = row["agent_steps_per_s"] / steps_per_s
 
     print(
         f"{FLAGS.level_name}, {FLAGS.agent_name}, T={FLAGS.unroll_length}, B={FLAGS.batch_size}, "
@@ -209,23 +213,18 @@ def main(argv):
     )
     print(f"\nstages alone (1-min load {stages['load_average']}):")
     print(f"  {'stage':<16}{'steps/s':>9}{'CPU ms/step':>13}{'other cores':>13}")
-    for name in ("env", "inference", "learner", "learner_replay"):
-        print_stage(name, stages[name])
-    print(f"  {'ceiling':<16}{stages['ceiling']:>9.0f}   = 1 / (1/env + 1/inference + 1/learner)")
-    print(
-        f"  {'CPU ceiling':<16}{stages['cpu_ceiling']:>9.0f}   = cores / "
-        "(env + inference + learner)"
-    )
-    for name in ("env_raw", "inference_best", "learner_best"):
+    for name in ("env", "inference", "learner", "env_raw", "inference_best", "learner_best"):
         print_stage(name, stages[name])
     print(
-        f"  {'limit':<16}{stages['limit']:>9.0f}   = cores / "
-        "(env_raw + inference_best + learner_best)"
+        "  (learner: agent steps trained on, B + replayed unrolls per step)\n"
+        "  per row, with `uses` = (B + replayed) / B trainings of each agent step:\n"
+        "    limit       = cores / (env_raw + inference_best + uses x learner_best)\n"
+        "    CPU ceiling = cores / (env + inference + uses x learner)\n"
+        "    ceiling     = 1 / (1/env + 1/inference + uses/learner)"
     )
-    print(f"  (learner_replay: the step on B + {num_replayed} replayed unrolls)")
     print(
-        f"\n{'learners':>8}{'actors':>7}{'replay':>12}{'load':>6}{'steps/s':>9}{'frames/s':>10}"
-        f"{'learner steps/s':>16}{'/limit':>7}{'/ceiling':>9}"
+        f"\n{'learners':>8}{'actors':>7}{'replay':>12}{'uses':>5}{'load':>6}{'steps/s':>9}"
+        f"{'frames/s':>10}{'learner steps/s':>16}{'limit':>7}{'/limit':>7}{'/ceiling':>9}"
         f"{'/CPU ceiling':>13}{'queue':>7}{'learner cores':>14}{'actor cores':>12}"
         f"{'other cores':>12}{'learner peak RSS':>17}{'actor peak RSS':>15}"
         f"{'learner PSS':>12}{'actor PSS':>10}{'total PSS':>10}"
@@ -233,9 +232,10 @@ def main(argv):
     for r in results:
         replay_column = f"{r['replay_size']}x{r['replay_ratio']:g}" if r["replay_size"] else "off"
         print(
-            f"{r['learners']:>8}{r['actors']:>7}{replay_column:>12}{r['load_average']:>6.2f}"
+            f"{r['learners']:>8}{r['actors']:>7}{replay_column:>12}"
+            f"{r['uses_per_agent_step']:>5.1f}{r['load_average']:>6.2f}"
             f"{r['agent_steps_per_s']:>9.0f}{r['frames_per_s']:>10.0f}"
-            f"{r['learner_steps_per_s']:>16.2f}"
+            f"{r['learner_steps_per_s']:>16.2f}{r['limit']:>7.0f}"
             f"{r['achieved_over_limit']:>7.2f}{r['achieved_over_ceiling']:>9.2f}"
             f"{r['achieved_over_cpu_ceiling']:>13.2f}"
             f"{r['mean_queue']:>7.1f}"

@@ -44,9 +44,9 @@ def test_a_stopped_benchmark_takes_its_workers_with_it(start, tmp_path, signum):
 
 
 def test_the_throughput_benchmark_measures_every_stage_and_the_replay_row(start, tmp_path):
-    """bench.throughput --quick end to end on CartPole: each stage, the default row without and
-    with replay, and the JSON line that carries them (figures positive, not judged: the
-    machine may be loaded)."""
+    """bench.throughput --quick end to end on CartPole: each stage, the default row with its
+    replay (ratio 3) and without, and the JSON line that carries them (figures positive, not
+    judged: the machine may be loaded)."""
     bench = start(
         [
             sys.executable,
@@ -56,7 +56,6 @@ def test_the_throughput_benchmark_measures_every_stage_and_the_replay_row(start,
             "--level_name=CartPole-v1",
             "--agent_name=MLPAgent",
             "--batch_size=4",
-            "--replay_row_size=64",
             "--max_load=1000",
         ],
         "bench",
@@ -65,11 +64,14 @@ def test_the_throughput_benchmark_measures_every_stage_and_the_replay_row(start,
     result = json.loads(
         [line for line in bench.log().splitlines() if line.startswith('{"config"')][-1]
     )
-    for stage in ("env", "inference", "learner", "learner_replay"):
+    for stage in ("env", "inference", "learner", "env_raw", "inference_best", "learner_best"):
         assert result["stages"][stage]["rate"] > 0, stage
-    without, with_replay = result["system"]
-    assert (without["replay_size"], with_replay["replay_size"]) == (0, 64)
-    for row in (without, with_replay):
+    with_replay, without = result["system"]
+    assert (with_replay["replay_size"], without["replay_size"]) == (64, 0)
+    assert (with_replay["uses_per_agent_step"], without["uses_per_agent_step"]) == (4.0, 1.0)
+    # Four trainings of each agent step cost more learner time than one.
+    assert with_replay["limit"] < without["limit"], result["system"]
+    for row in (with_replay, without):
         assert row["agent_steps_per_s"] > 0 and row["learner_steps_per_s"] > 0, row
         assert row["learner_peak_rss_mb"] > 0 and row["learner_pss_mb"] > 0, row
         assert row["total_pss_mb"] >= row["learner_pss_mb"] + row["actor_pss_mb"], row

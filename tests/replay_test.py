@@ -214,7 +214,7 @@ def test_policy_clip_on_policy_is_the_policy_gradient_and_off_policy_clips():
     """On-policy (ratio 1, stored values the current ones) PPO's clipped surrogate has IMPALA's
     gradient; on a batch from another policy the two differ."""
     agent, batch = mlp_setup()
-    impala, clipped = config_lib.Config(), config_lib.Config(policy_clip=0.1)
+    impala, clipped = config_lib.Config(policy_clip=0.0), config_lib.Config(policy_clip=0.1)
     current = on_policy(agent, batch)
     for expected, actual in zip(
         loss_gradients(agent, current, impala)[0],

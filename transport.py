@@ -30,6 +30,22 @@ _DEQUEUE_POLL_SECS = 0.01
 _ABORTED_ATTEMPTS = 5
 
 
+def _aborted_error(error):
+    """The AbortedError that `error` is or hides, else None.
+
+    The AbortedError of a request delivered twice quotes the request, tensor bytes included.
+    When those bytes happen to look like a node reference ("[[" ... ":"), session.run's error
+    handler looks the "node" up, and the graph raises ValueError ("appears to refer to a
+    Tensor") from inside that handler (seen once in a 4.4M-frame Pong run under load): the
+    AbortedError is then that ValueError's context.
+    """
+    if isinstance(error, tf.errors.AbortedError):
+        return error
+    if isinstance(error.__context__, tf.errors.AbortedError):
+        return error.__context__
+    return None
+
+
 class AddressError(ValueError):
     """A host:port string that cannot be used."""
 
@@ -190,13 +206,14 @@ class Transport:
         for attempt in range(1, _ABORTED_ATTEMPTS + 1):
             try:
                 return self.session.run(fetches, feed_dict)
-            except tf.errors.AbortedError as e:
-                if attempt == _ABORTED_ATTEMPTS:
+            except (tf.errors.AbortedError, ValueError) as e:
+                aborted = _aborted_error(e)
+                if aborted is None or attempt == _ABORTED_ATTEMPTS:
                     raise
                 logging.warning(
                     "learner transport: %s aborted (%s); retrying (%d/%d)",
                     getattr(fetches, "name", "operation"),
-                    e.message.splitlines()[-1][:120],
+                    aborted.message.splitlines()[0][:120],
                     attempt,
                     _ABORTED_ATTEMPTS - 1,
                 )

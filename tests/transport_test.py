@@ -77,18 +77,24 @@ def test_port_in_use_is_reported_before_the_server_aborts():
 
 class _DeliveredTwice:
     """Wraps a real session: its next `failures` run() calls fail as TF fails a gRPC request
-    that arrived twice (which heavy load causes), then it runs everything normally."""
+    that arrived twice (which heavy load causes), then it runs everything normally. The error
+    goes through the session's own error handling (`_do_call`), which rewrites some of them."""
 
-    def __init__(self, session, failures):
+    def __init__(
+        self, session, failures, message="The same RunGraph (Worker) request was received twice."
+    ):
         self._session = session
         self.failures = failures
+        self._message = message
 
     def run(self, fetches, feed_dict=None):
         if self.failures:
             self.failures -= 1
-            raise tf.errors.AbortedError(
-                None, None, "The same RunGraph (Worker) request was received twice."
-            )
+
+            def deliver_twice():
+                raise tf.errors.AbortedError(None, None, self._message)
+
+            return self._session._do_call(deliver_twice)
         return self._session.run(fetches, feed_dict)
 
 
@@ -105,5 +111,14 @@ def test_learner_retries_a_request_the_server_saw_twice(learner_and_actor):
         learner.session = _DeliveredTwice(session, failures=transport._ABORTED_ATTEMPTS)
         with pytest.raises(tf.errors.AbortedError, match="received twice"):
             learner.queue_size()  # bounded: the last attempt's error is raised
+
+        # The request quoted in the error holds the published tensors' bytes; when they read
+        # like a node reference, the session's error handler raises ValueError from inside its
+        # handling of the AbortedError (a Pong run's learner died of it). Retried the same.
+        quoted = 'received twice. send { tensor_content: "[[\\374:\\321<\\202" }'
+        learner.session = _DeliveredTwice(session, failures=2, message=quoted)
+        version = learner.publish([np.ones((2, 3), np.float32), np.ones(4, np.float32)])
+        assert version == actor.pull_parameters()[1]
+        assert learner.session.failures == 0
     finally:
         learner.session = session

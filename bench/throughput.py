@@ -183,11 +183,11 @@ def main(argv):
         config, hvd, agent, observation_spec, num_actions, stage_secs, repeats
     )
     stages["load_average"] = load_average
-    replay_config = dataclasses.replace(
+    replay_row_config = dataclasses.replace(
         config, replay_size=FLAGS.replay_row_size, replay_ratio=FLAGS.replay_row_ratio
     )
     rows = [(config, *row) for row in table_rows()]
-    rows.insert(1, (replay_config, FLAGS.learners, FLAGS.actors))  # beside the default row
+    rows.insert(1, (replay_row_config, FLAGS.learners, FLAGS.actors))  # beside the default row
     results = [
         measure_system(
             row_config,

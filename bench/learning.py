@@ -18,6 +18,9 @@ refills), and the curve reads the summaries of all parts.
                   mean return of the last 100 games (target: >= +18). --quick trains 500K
                   frames instead, to check the whole path in a few minutes.
   pong_no_replay  the same without replay (each frame learned from once).
+  pong_2_learners the main job's shape: 2 learners (Horovod ranks) of one actor each, each
+                  learner's batch 1 on-policy + 3 replayed unrolls, so that the global batch
+                  and the updates per frame are those of `pong`; 5M frames.
 
 The run's settings below apply unless the flag is given on the command line: every training
 flag (the fields of config.Config) is accepted and forwarded to the workers of every run.
@@ -83,12 +86,20 @@ RUNS = {
         "quick_frames": 500_000,
         "target": 18.0,
     },
+    # Horovod averages the learners' gradients: with --batch_size per learner halved, two
+    # learners make the one learner's 256-step update (2 + 6 unrolls of 32) at its rate.
+    "pong_2_learners": {
+        "settings": {**PONG_SETTINGS, "batch_size": 1, "total_environment_frames": 5_000_000},
+        "learners": 2,
+        "quick_frames": 500_000,
+        "target": 18.0,
+    },
 }
 WINDOW = 100  # games in the running mean
 
 flags.DEFINE_list("runs", ["cartpole", "pong"], f"Any of {', '.join(RUNS)}.")
 flags.DEFINE_bool("quick", False, f"Pong trains {RUNS['pong']['quick_frames']:,} frames only.")
-flags.DEFINE_integer("actors", 2, "Actors of the one learner.")
+flags.DEFINE_integer("actors", 2, "Actors of each run, dealt round-robin to its learners.")
 flags.DEFINE_string("output_dir", "/tmp/impala_bench_learning", "CSV, PNG and the workers' logs.")
 flags.DEFINE_bool(
     "resume",
@@ -109,14 +120,15 @@ def run_config(name):
     return dataclasses.replace(config_lib.from_flags(FLAGS), **settings), settings
 
 
-def train(run_dir, config):
-    """Trains one learner and --actors actors to the frame budget; returns the wall time."""
+def train(run_dir, config, num_learners):
+    """Trains `num_learners` learners and --actors actors to the frame budget; returns the wall
+    time and the logdir."""
     logdir = os.path.join(run_dir, "logdir")
     flag_args = cluster.worker_flags(config, logdir=logdir)
     # Generous: Pong with replay ratio 3 runs at ~900 frames/s here.
     timeout_secs = 600 + config.total_environment_frames / 300
     start = time.monotonic()
-    with local_cluster.WorkerSets(1, FLAGS.actors, flag_args, run_dir) as workers:
+    with local_cluster.WorkerSets(num_learners, FLAGS.actors, flag_args, run_dir) as workers:
         exit_code = workers.learners.wait(timeout=timeout_secs)
         if exit_code != 0:
             raise RuntimeError(f"learner exited with {exit_code}; see {workers.learners_log}")
@@ -182,7 +194,8 @@ def benchmark(name):
     if run_dir is None:
         run_dir = tempfile.mkdtemp(prefix=f"{name}_", dir=FLAGS.output_dir)
     load_average = cluster.wait_for_quiet_machine()
-    wall_secs, logdir = train(run_dir, config)
+    num_learners = RUNS[name].get("learners", 1)
+    wall_secs, logdir = train(run_dir, config, num_learners)
     level_name = config.level_name
     points = curve(logdir, level_name)
     csv_path = os.path.join(FLAGS.output_dir, f"{name}.csv")
@@ -207,6 +220,7 @@ def benchmark(name):
     return {
         "run": name,
         "level_name": level_name,
+        "learners": num_learners,
         "frames": frames,
         "load_average": load_average,
         "wall_secs": wall_secs,
@@ -229,13 +243,13 @@ def main(argv):
     local_cluster.exit_cleanly_on_termination()
     results = [benchmark(name) for name in FLAGS.runs]
     print(
-        f"\n{'run':<10}{'frames':>12}{'load':>6}{'minutes':>9}{'games':>7}"
+        f"\n{'run':<16}{'frames':>12}{'load':>6}{'minutes':>9}{'games':>7}"
         f"{'mean return (last 100)':>24}{'target':>8}{'frames to target':>18}"
     )
     for r in results:
         reached = f"{r['frames_to_target']:,}" if r["frames_to_target"] else "not reached"
         print(
-            f"{r['run']:<10}{r['frames']:>12,}{r['load_average']:>6.2f}"
+            f"{r['run']:<16}{r['frames']:>12,}{r['load_average']:>6.2f}"
             f"{r['wall_secs'] / 60:>9.1f}{r['games']:>7}{r['final_mean_return_100']:>24.2f}"
             f"{r['target']:>8g}{reached:>18}"
         )

@@ -15,9 +15,13 @@ import dataclasses
 from absl import flags
 
 
-def setting(default, help, choices=None):  # noqa: A002 - the name absl uses.
-    """A Config field with its flag help (and allowed values, for an enum flag)."""
-    return dataclasses.field(default=default, metadata={"help": help, "choices": choices})
+def setting(default, help, choices=None, lower_bound=None):  # noqa: A002 - absl's name.
+    """A Config field with its flag help (and allowed values: an enum flag's choices, a numeric
+    flag's lower bound)."""
+    return dataclasses.field(
+        default=default,
+        metadata={"help": help, "choices": choices, "lower_bound": lower_bound},
+    )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -63,6 +67,15 @@ class Config:
     unroll_length: int = setting(32, "Agent steps T per unroll.")
     queue_capacity: int = setting(
         8, "Unrolls the learner's queue holds; with the prefetched batch it bounds the policy lag."
+    )
+    minibatches: int = setting(
+        1,
+        "Optimizer steps per learner batch: the batch's unrolls (on-policy and replayed) are "
+        "shuffled and split into this many minibatches of whole unrolls (at most one unroll "
+        "each), one step each, as PPO's minibatches: more, smaller steps per frame for one "
+        "dequeue, status allreduce and parameter publication per batch. Each step's losses sum "
+        "over its minibatch's steps: scale --epsilon and --gradients_clipping with them.",
+        lower_bound=1,
     )
 
     # Loss.
@@ -146,6 +159,14 @@ class Config:
         "A learner that gets no batch from its actors for this long logs an error and shuts the "
         "whole job down (so other learners never hang inside an allreduce).",
     )
+    step_timeout_secs: int = setting(
+        900,
+        "A learner step that takes longer than this (besides waiting for its batch) is taken "
+        "to be stuck: the learner logs so, prints the stacks of its threads and exits with "
+        "status 4, for the frontend's supervisor to restart the learners from the last "
+        "checkpoint; 0: no limit.",
+        lower_bound=0,
+    )
     learner_wait_secs: int = setting(
         600,
         "How long an actor waits for its learner (at start and after losing it) before giving up.",
@@ -197,6 +218,14 @@ def define_flags(flag_values=flags.FLAGS):
         if choices:
             flags.DEFINE_enum(
                 field.name, field.default, choices, help_text, flag_values=flag_values
+            )
+        elif field.metadata["lower_bound"] is not None:
+            _DEFINE[field.type](
+                field.name,
+                field.default,
+                help_text,
+                lower_bound=field.metadata["lower_bound"],
+                flag_values=flag_values,
             )
         else:
             _DEFINE[field.type](field.name, field.default, help_text, flag_values=flag_values)

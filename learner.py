@@ -8,15 +8,23 @@ Per step, in order:
      batch came, whether a stop was requested, finished episodes and their return sum. Every rank
      thus sees the same global frame count and the same decision to stop, so all ranks take the
      same number of steps and none is left waiting inside a gradient allreduce;
-  3. V-trace loss on the batch, gradients averaged over ranks (hvd.DistributedGradientTape),
-     optional global-norm clipping, RMSProp with the learning rate decayed linearly to 0 over
-     --total_environment_frames (global frames);
+  3. V-trace loss on the batch (its on-policy and replayed unrolls), gradients averaged over
+     ranks (hvd.DistributedGradientTape), optional global-norm clipping, an optimizer step with
+     the learning rate decayed linearly to 0 over --total_environment_frames (global frames);
+     with --minibatches M, one such step on each of M minibatches of the batch's unrolls.
+     Every rank's batch holds the same number of unrolls (each adds B per step to its replay
+     memory), so all ranks take the same number of steps, each with its own allreduce;
   4. publish the new parameters to this worker set's actors.
 
 Policy lag: an actor acts with the parameters it pulled at the start of its unroll. Between
 that pull and the learner's update on the unroll lie at most: the unrolls ahead of it in the
 queue (--queue_capacity), one prefetched batch, and the batch being trained on. The log line
 and the `policy_lag` summary give the measured lag in learner steps.
+
+A step that has not finished --step_timeout_secs after its batch wait ends (a learner stuck
+in a collective or a session call) makes the learner print its threads' stacks and exit with
+EXIT_STUCK (step_watchdog.py), for the frontend's supervisor to restart the learners from the
+last checkpoint.
 
 Rank 0 alone writes checkpoints, logs progress and writes TensorBoard summaries (progress.py).
 The step itself (loss, gradients, optimizer) is train_step.py; the prefetch thread prefetch.py.
@@ -37,9 +45,11 @@ import progress
 import replay
 import train_step
 from prefetch import BatchPrefetcher
+from step_watchdog import Watchdog
 
 # Exit codes of a learner that stopped before the frame budget.
 EXIT_STARVED = 3  # some learner got no batch from its actors for --batch_timeout_secs.
+EXIT_STUCK = 4  # a step took longer than --step_timeout_secs (see step_watchdog.py).
 _FINISH_GRACE_SECS = 5
 
 _Status = collections.namedtuple(
@@ -98,6 +108,7 @@ class Learner:
                 config.replay_beta,
             )
         self._num_replayed = replay.replayed_per_batch(config)
+        self._minibatch_rng = np.random.default_rng(config.seed + hvd.rank())
 
     def _request_stop(self, signum, _frame):
         self._stop_signal = signal.Signals(signum).name
@@ -147,12 +158,18 @@ class Learner:
             config, self._is_chief, self._frames, self._learning_rate, self._transport, self._replay
         )
         reason, exit_code, steps, own_frames = "frame budget reached", 0, 0, 0
+        watchdog = Watchdog(f"{self._log_prefix} step", EXIT_STUCK)
         try:
             while int(self._frames.numpy()) < config.total_environment_frames:
                 # Actors take a while to start: until the first batch, wait as long as they
                 # wait for the learner.
                 timeout_flag = "batch_timeout_secs" if steps else "learner_wait_secs"
                 timeout = config.batch_timeout_secs if steps else config.learner_wait_secs
+                if config.step_timeout_secs > 0:
+                    watchdog.expect_within(
+                        timeout + config.step_timeout_secs,
+                        f"--{timeout_flag} + --step_timeout_secs",
+                    )
                 batch = prefetcher.get(timeout, lambda: self._stop_signal)
                 unroll = self._transport.unroll_spec.pack(batch) if batch is not None else None
                 local_status = self._local_status(unroll)
@@ -166,11 +183,15 @@ class Learner:
                     break
                 self._update_learning_rate()
                 train_batch, weights, replayed_indexes = self._with_replay(batch)
-                outputs, priorities = self._train_step(
-                    self._transport.unroll_spec.pack(train_batch), weights
+                outputs, priorities = train_step.train_in_minibatches(
+                    self._train_step,
+                    self._transport.unroll_spec.pack(train_batch),
+                    weights,
+                    config.minibatches,
+                    self._minibatch_rng,
                 )
                 if replayed_indexes is not None:
-                    replayed_priorities = priorities.numpy()[config.batch_size :]
+                    replayed_priorities = priorities[config.batch_size :]
                     self._replay.update_priorities(replayed_indexes, replayed_priorities)
                 self._frames.assign_add(int(status.frames))
                 steps, own_frames = steps + 1, own_frames + local_status[0]
@@ -180,6 +201,7 @@ class Learner:
                 if self._is_chief:
                     self._checkpointer.save_if_due(config.checkpoint_secs)
         finally:
+            watchdog.stop()
             prefetcher.stop()
             if self._is_chief:
                 self._checkpointer.save()

@@ -45,9 +45,6 @@ flags.DEFINE_integer("num_envs", 16, "Environments stepped together (the batch s
 flags.DEFINE_integer(
     "epochs", 1, "Passes over each batch (PPO's sample reuse; >1 wants --policy_clip)."
 )
-flags.DEFINE_integer(
-    "minibatches", 1, "Each pass trains on the batch's unrolls split in this many minibatches."
-)
 flags.DEFINE_string("output", "/tmp/impala_bench_learning/inprocess.csv", "Per-game CSV.")
 config_lib.define_flags()
 FLAGS = flags.FLAGS
@@ -80,35 +77,24 @@ def make_environment(config):
     return environments.create_vector_environment(name, FLAGS.num_envs, seed=config.seed)
 
 
-class _OneRank:
-    """Stands in for Horovod: one rank, nothing to average."""
-
-    @staticmethod
-    def size():
-        return 1
-
-
 def learner_step(agent, config):
     """(the learner's train step on one rank, as a tf.function; its learning-rate variable)."""
     learning_rate = tf.Variable(config.learning_rate)
     optimizer = train_step.make_optimizer(config, learning_rate)
     train_step.create_optimizer_state(optimizer, agent)
-    step = tf.function(functools.partial(train_step.train_step, agent, optimizer, config, _OneRank))
+    step = tf.function(
+        functools.partial(train_step.train_step, agent, optimizer, config, train_step.SingleProcess)
+    )
     return step, learning_rate
 
 
 def train_on_batch(step, batch, epochs, minibatches, rng):
     """PPO-style reuse of a batch-major Unroll [B, T+1, ...]: `epochs` passes, each over the B
-    unrolls shuffled and split in `minibatches` minibatches of whole unrolls. -> the last step's
-    outputs."""
-    num_unrolls = len(batch.parameter_version)
-    weights = np.ones(num_unrolls // minibatches, np.float32)
+    unrolls shuffled and split in `minibatches` minibatches of whole unrolls
+    (train_step.train_in_minibatches). -> the last pass's outputs."""
+    weights = np.ones(len(batch.parameter_version), np.float32)
     for _ in range(epochs):
-        for indices in np.split(rng.permutation(num_unrolls), minibatches):
-            minibatch = tf.nest.map_structure(
-                functools.partial(np.take, indices=indices, axis=0), batch
-            )
-            outputs, _ = step(minibatch, weights)
+        outputs, _ = train_step.train_in_minibatches(step, batch, weights, minibatches, rng)
     return outputs
 
 

@@ -7,7 +7,8 @@ Two sets, measured in the same run (bench/throughput.py prints both):
                     numpy, as the actor calls it;
     learner         the learner's train step (train_step.train_step) on a synthetic batch as
                     the configuration trains it: B + round(B x replay ratio) unrolls of T
-                    steps (B without replay), numpy arrays as dequeued;
+                    steps (B without replay), numpy arrays as dequeued, in --minibatches
+                    steps;
   the limit, stages no implementation choice of this project can move:
     env_raw         ale-py's AtariVectorEnv alone (same game, preprocessing and frame stack,
                     num_threads = cores, random actions, no wrapper of ours); for other
@@ -93,6 +94,19 @@ def _inference(agent, env_output, batch, jit_compile, window_secs, repeats):
     return steps_per_second(inference_step, batch, window_secs, repeats)
 
 
+def learner_batch(agent, config, observation_spec, num_actions, rng):
+    """A synthetic batch as the learner of `config` trains on: B + round(B x replay ratio)
+    random unrolls [N, T+1, ...] (B without replay), numpy arrays as dequeued."""
+    return unrolls.random_unroll(
+        agent,
+        observation_spec,
+        num_actions,
+        config.batch_size + replay.replayed_per_batch(config),
+        config.unroll_length,
+        rng,
+    )
+
+
 def _learner(agent, config, hvd, batch, jit_compile, window_secs, repeats):
     """The train step on `batch` (its own optimizer, so the agent's variables are shared only)."""
     optimizer = train_step.make_optimizer(config, tf.Variable(config.learning_rate))
@@ -102,8 +116,9 @@ def _learner(agent, config, hvd, batch, jit_compile, window_secs, repeats):
         jit_compile=jit_compile,
     )
     weights = np.ones(len(batch.parameter_version), np.float32)
+    rng = np.random.default_rng(config.seed)
     return steps_per_second(
-        lambda: step(batch, weights)[0]["total"].numpy(),
+        lambda: train_step.train_in_minibatches(step, batch, weights, config.minibatches, rng),
         weights.size * config.unroll_length,  # agent steps trained on per learner step
         window_secs,
         repeats,
@@ -154,14 +169,7 @@ def measure(config, hvd, agent, observation_spec, num_actions, window_secs, repe
     own_inference = (config.num_envs_per_actor, False)  # the actor's batch, no XLA
     stages["inference"] = inference(*own_inference)
 
-    batch = unrolls.random_unroll(
-        agent,
-        observation_spec,
-        num_actions,
-        config.batch_size + replay.replayed_per_batch(config),
-        config.unroll_length,
-        rng,
-    )
+    batch = learner_batch(agent, config, observation_spec, num_actions, rng)
     learner = functools.partial(
         _learner, agent, config, hvd, batch, window_secs=window_secs, repeats=repeats
     )

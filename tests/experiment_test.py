@@ -199,6 +199,19 @@ def test_bad_flags_give_one_line_errors(spawn, bad_flags, message):
     assert message in process.log()
 
 
+@pytest.mark.parametrize(
+    "bad_flag, message",
+    [
+        ("--minibatches=0", "flag --minibatches=0: 0 is not a positive integer"),
+        ("--step_timeout_secs=-1", "flag --step_timeout_secs=-1: -1 is not a non-negative"),
+    ],
+)
+def test_out_of_range_settings_are_refused_by_flag_parsing(spawn, bad_flag, message):
+    process = spawn([*cluster_flags(1), *CARTPOLE, bad_flag], "out_of_range")
+    assert process.wait(timeout=120) == 1
+    assert message in process.log()
+
+
 def test_a_replay_too_large_for_the_host_is_refused_before_the_learner_serves(spawn):
     learner = spawn(
         [

@@ -69,6 +69,26 @@ def start_two_worker_sets(start, spawn, flags):
     return learners, actors, worker_sets
 
 
+def train_two_learners_to_the_budget(start, spawn, flags, timeout):
+    """Trains two worker sets to the frame budget; checks both learners stopped for it after
+    the same number of steps with bitwise-equal weights; -> {rank: (global frames, own frames,
+    steps)} and the learners' log."""
+    learners, actors, _ = start_two_worker_sets(start, spawn, flags)
+    assert learners.wait(timeout=timeout) == 0, learners.log()[-4000:]
+    for actor in actors:
+        assert actor.wait(timeout=60) == 0, actor.log()[-3000:]
+    stopped = {int(m[0]): m[1:] for m in STOPPED.findall(learners.log())}
+    assert sorted(stopped) == [0, 1], learners.log()[-4000:]
+    (_, reason0, _, steps0, digest0), (_, reason1, _, steps1, digest1) = stopped[0], stopped[1]
+    assert reason0 == reason1 == "frame budget reached"
+    assert steps0 == steps1 and int(steps0) > 0
+    assert digest0 == digest1, "learners ended with different weights"
+    figures = {
+        rank: (int(g), int(own), int(steps)) for rank, (g, _, own, steps, _) in stopped.items()
+    }
+    return figures, learners.log()
+
+
 def test_two_learners_learn_cartpole_with_identical_weights(start, spawn, tmp_path):
     logdir = tmp_path / "logdir"
     # 8 unrolls per learner: each averaged step sees 16, as the single-learner test's steps do.
@@ -80,21 +100,30 @@ def test_two_learners_learn_cartpole_with_identical_weights(start, spawn, tmp_pa
         f"--logdir={logdir}",
         "--total_environment_frames=600000",
     ]
-    learners, actors, _ = start_two_worker_sets(start, spawn, flags)
-    assert learners.wait(timeout=900) == 0, learners.log()[-4000:]
-    for actor in actors:
-        assert actor.wait(timeout=60) == 0, actor.log()[-3000:]
-
-    stopped = {int(m[0]): m for m in STOPPED.findall(learners.log())}
-    assert sorted(stopped) == [0, 1], learners.log()[-4000:]
-    (_, global0, reason0, own0, steps0, digest0) = stopped[0]
-    (_, global1, reason1, own1, steps1, digest1) = stopped[1]
-    assert reason0 == reason1 == "frame budget reached"
-    assert steps0 == steps1 and int(steps0) > 0
-    assert digest0 == digest1, "learners ended with different weights"
-    assert int(global0) == int(global1) == int(own0) + int(own1) >= 600000
+    figures, _ = train_two_learners_to_the_budget(start, spawn, flags, timeout=900)
+    (global0, own0, _), (global1, own1, _) = figures[0], figures[1]
+    assert global0 == global1 == own0 + own1 >= 600000
     returns = [r for _, r in summaries.episode_returns(logdir, "CartPole-v1")]
     assert np.mean(returns[-20:]) > 150, returns[-40:]
+
+
+def test_two_learners_step_together_on_minibatches_of_replayed_batches(start, spawn, tmp_path):
+    """--minibatches with replay: each learner's batch (4 on-policy + 4 replayed unrolls once the
+    memory fills) is trained in 3 uneven minibatches, one averaged step each. Both ranks must
+    take the same steps (a rank with one more allreduce than the other would hang) and end
+    with the same weights."""
+    flags = [
+        *CARTPOLE,
+        "--batch_size=4",
+        "--replay_size=40",
+        "--replay_ratio=1",
+        "--minibatches=3",
+        f"--logdir={tmp_path / 'logdir'}",
+        "--total_environment_frames=40000",
+    ]
+    figures, log = train_two_learners_to_the_budget(start, spawn, flags, timeout=600)
+    assert figures[0][2] > 10  # learner steps
+    assert "| replay 40/40 (" in log  # batches held replayed unrolls
 
 
 def test_a_learner_whose_actors_die_stops_all_learners_cleanly(start, spawn, tmp_path):

@@ -273,12 +273,9 @@ def test_priorities_change_after_a_learner_step():
     config = config_lib.Config()
     optimizer = train_step.make_optimizer(config, tf.Variable(config.learning_rate))
 
-    class OneRank:
-        @staticmethod
-        def size():
-            return 1
-
-    step = tf.function(functools.partial(train_step.train_step, agent, optimizer, config, OneRank))
+    step = tf.function(
+        functools.partial(train_step.train_step, agent, optimizer, config, train_step.SingleProcess)
+    )
     flat, indexes, weights = memory.sample(8, beta=1.0)
     np.testing.assert_array_equal(weights, 1)  # all entered with the same (max) priority
     outputs, priorities = step(spec.pack(flat), weights)

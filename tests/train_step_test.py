@@ -1,14 +1,18 @@
-"""The learner's optimizer set-up: creating its state up front changes no later update."""
+"""The learner's optimizer set-up (creating its state up front changes no later update) and its
+steps on minibatches of a batch."""
 
 import dataclasses
+import functools
 
 import numpy as np
 import pytest
 import sonnet as snt
 import tensorflow as tf
 
+import agents
 import config as config_lib
 import train_step
+import unrolls
 
 
 def linear_and_gradients():
@@ -39,3 +43,54 @@ def test_the_first_steps_after_create_optimizer_state_are_a_fresh_optimizers(opt
         results.append([v.numpy() for v in module.variables])
     for prepared, fresh in zip(*results, strict=True):
         np.testing.assert_allclose(prepared, fresh, rtol=1e-6, atol=1e-9)
+
+
+def test_fused_adam_updates_as_sonnets_adam_and_restores_its_checkpoints(tmp_path):
+    """Ten updates of the learner's Adam (TF's fused kernel) equal Sonnet's, at an epsilon
+    large enough to matter (the defaults'); a checkpoint of Sonnet's Adam restores into it."""
+    config = config_lib.Config()
+    sonnet_module, gradients = linear_and_gradients()
+    sonnet = snt.optimizers.Adam(learning_rate=tf.Variable(1e-2), epsilon=config.epsilon)
+    fused_module, _ = linear_and_gradients()
+    fused = train_step.make_optimizer(config, tf.Variable(1e-2))
+    assert isinstance(fused, train_step.FusedAdam)
+    for scale in np.geomspace(1e-3, 10, 10):  # gradients near, above and below epsilon
+        sonnet.apply([g * scale for g in gradients], sonnet_module.variables)
+        fused.apply([g * scale for g in gradients], fused_module.variables)
+    for expected, actual in zip(sonnet_module.variables, fused_module.variables, strict=True):
+        np.testing.assert_allclose(actual.numpy(), expected.numpy(), rtol=1e-5, atol=1e-7)
+
+    path = tf.train.Checkpoint(optimizer=sonnet).save(str(tmp_path / "ckpt"))
+    restored = train_step.make_optimizer(config, tf.Variable(1e-2))
+    train_step.create_optimizer_state(restored, linear_and_gradients()[0])
+    tf.train.Checkpoint(optimizer=restored).restore(path).assert_consumed()
+    assert int(restored.step.numpy()) == 10
+    for expected, actual in zip(sonnet.m + sonnet.v, restored.m + restored.v, strict=True):
+        np.testing.assert_array_equal(actual.numpy(), expected.numpy())
+
+
+@pytest.mark.parametrize("minibatches", [1, 2, 3, 8])
+def test_minibatches_take_one_step_each_and_give_priorities_in_batch_order(minibatches):
+    """5 unrolls in M minibatches: min(M, 5) optimizer steps (Adam counts them), every unroll in
+    exactly one of them, its priority returned at its place in the batch (at learning rate 0
+    the priorities do not depend on the split, so they equal those of one step on the batch)."""
+    agent = agents.MLPAgent(2)
+    batch = unrolls.random_unroll(agent, ((4,), np.float32), 2, 5, 6, np.random.default_rng(0))
+    inputs = unrolls.to_time_major(batch)
+    agent.unroll(inputs.agent_outputs.action, inputs.env_outputs, inputs.agent_state)  # builds it
+    config = config_lib.Config()
+    results = {}
+    for split in (1, minibatches):
+        optimizer = train_step.make_optimizer(config, tf.Variable(0.0))
+        train_step.create_optimizer_state(optimizer, agent)
+        step = functools.partial(
+            train_step.train_step, agent, optimizer, config, train_step.SingleProcess
+        )
+        outputs, priorities = train_step.train_in_minibatches(
+            step, batch, np.ones(5, np.float32), split, np.random.default_rng(1)
+        )
+        assert int(optimizer.step.numpy()) == min(split, 5)
+        assert priorities.dtype == np.float32 and priorities.shape == (5,)
+        assert all(np.isfinite(value) for value in outputs.values())
+        results[split] = priorities
+    np.testing.assert_allclose(results[minibatches], results[1], rtol=1e-5)

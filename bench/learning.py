@@ -46,8 +46,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402 - after choosing the file-only backend.
 
 # The defaults (config.Config: PPO's Atari recipe on this learner, replay ratio 3 with the
-# clipped surrogate); the IMPALA paper's settings (config.IMPALA_PAPER) stayed at -20 over 10M
-# frames (bench/README.md).
+# clipped surrogate, 32-step minibatches); the IMPALA paper's settings (config.IMPALA_PAPER)
+# stayed at -20 over 10M frames (bench/README.md).
 PONG_SETTINGS = {
     "level_name": "PongNoFrameskip-v4",
     "agent_name": "SimpleConvNetAgent",

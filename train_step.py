@@ -10,6 +10,8 @@ Public so that the learner, the tests and the benchmarks all run the very same s
   outputs, priorities = train_in_minibatches(step, batch, weights, config.minibatches, rng)
 """
 
+import functools
+
 import numpy as np
 import sonnet as snt
 import tensorflow as tf
@@ -221,6 +223,16 @@ class SingleProcess:
     @staticmethod
     def size():
         return 1
+
+
+def single_process_step(agent, config):
+    """(the learner's train step in one process, as a tf.function; its learning-rate variable,
+    at config.learning_rate): the benchmarks' learner without Horovod."""
+    learning_rate = tf.Variable(config.learning_rate)
+    optimizer = make_optimizer(config, learning_rate)
+    create_optimizer_state(optimizer, agent)
+    step = tf.function(functools.partial(train_step, agent, optimizer, config, SingleProcess))
+    return step, learning_rate
 
 
 def train_step(agent, optimizer, config, hvd, unroll, unroll_weights):

@@ -77,17 +77,6 @@ def make_environment(config):
     return environments.create_vector_environment(name, FLAGS.num_envs, seed=config.seed)
 
 
-def learner_step(agent, config):
-    """(the learner's train step on one rank, as a tf.function; its learning-rate variable)."""
-    learning_rate = tf.Variable(config.learning_rate)
-    optimizer = train_step.make_optimizer(config, learning_rate)
-    train_step.create_optimizer_state(optimizer, agent)
-    step = tf.function(
-        functools.partial(train_step.train_step, agent, optimizer, config, train_step.SingleProcess)
-    )
-    return step, learning_rate
-
-
 def train_on_batch(step, batch, epochs, minibatches, rng):
     """PPO-style reuse of a batch-major Unroll [B, T+1, ...]: `epochs` passes, each over the B
     unrolls shuffled and split in `minibatches` minibatches of whole unrolls
@@ -121,7 +110,7 @@ def main(argv):
     )
     core_state = agent.initial_state(FLAGS.num_envs)
     act(agent_output.action, env_output, core_state)  # creates the variables
-    step, learning_rate = learner_step(agent, config)
+    step, learning_rate = train_step.single_process_step(agent, config)
     rng = np.random.default_rng(config.seed)
 
     frames, games = 0, GameLog(FLAGS.output)

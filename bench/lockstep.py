@@ -35,6 +35,7 @@ from absl import app, flags
 import agents
 import config as config_lib
 import environments
+import train_step
 import unrolls
 from bench import inprocess
 
@@ -159,7 +160,7 @@ def main(argv):
     )  # fmt: skip
 
     # 3. Our learner on the same rollouts, in the same order.
-    step, learning_rate = inprocess.learner_step(agent, config)
+    step, learning_rate = train_step.single_process_step(agent, config)
     rng = np.random.default_rng(config.seed)
     rollouts = sorted(glob.glob(os.path.join(FLAGS.workdir, "batch_*.npz")))
     last_action = np.zeros(NUM_ENVS, np.int32)

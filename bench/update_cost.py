@@ -66,11 +66,7 @@ def adam_costs(agent, config, rng):
 def minibatch_costs(agent, config, observation_spec, num_actions, rng):
     batch = stages.learner_batch(agent, config, observation_spec, num_actions, rng)
     weights = np.ones(len(batch.parameter_version), np.float32)
-    optimizer = train_step.make_optimizer(config, tf.Variable(1e-9))
-    train_step.create_optimizer_state(optimizer, agent)
-    step = tf.function(
-        functools.partial(train_step.train_step, agent, optimizer, config, train_step.SingleProcess)
-    )
+    step, _ = train_step.single_process_step(agent, config)
     return len(weights), {
         count: cpu_ms_per_call(
             lambda count=count: train_step.train_in_minibatches(step, batch, weights, count, rng),

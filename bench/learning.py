@@ -8,7 +8,9 @@ then reads the per-game returns the learner wrote to TensorBoard and writes, to 
 `<run>.csv` (frames, episode_return, mean_return_100) and `<run>.png` (returns and the policy's
 entropy against frames). Printed: a table and, last, one JSON line. `--resume` continues an
 interrupted run from its checkpoint: the learner restores the frame count (the replay memory
-refills), and the curve reads the summaries of all parts.
+refills), and the curve reads the summaries of all parts. `--curves_only` trains nothing: it
+writes the CSV and PNG of each run's newest run directory as far as it got (a run still going,
+or one stopped before its budget).
 
   cartpole        CartPole-v1, MLPAgent, 500K frames (= agent steps): the frames at which the
                   mean return over the last 100 games first reaches 475 (target: within the
@@ -20,7 +22,8 @@ refills), and the curve reads the summaries of all parts.
   pong_no_replay  the same without replay (each frame learned from once).
   pong_2_learners the main job's shape: 2 learners (Horovod ranks) of one actor each, each
                   learner's batch 1 on-policy + 3 replayed unrolls, so that the global batch
-                  and the updates per frame are those of `pong`; 5M frames.
+                  is `pong`'s (trained in 4 averaged updates of 2 unrolls: half of `pong`'s
+                  updates per frame, as in the main job); 5M frames.
 
 The run's settings below apply unless the flag is given on the command line: every training
 flag (the fields of config.Config) is accepted and forwarded to the workers of every run.
@@ -107,6 +110,12 @@ flags.DEFINE_bool(
     "Continue each run's newest run directory in --output_dir from its last checkpoint (e.g. "
     "after the machine rebooted mid-run) instead of starting a fresh one.",
 )
+flags.DEFINE_bool(
+    "curves_only",
+    False,
+    "Train nothing: write the CSV and PNG of each run's newest run directory in --output_dir "
+    "from the summaries it has so far.",
+)
 FLAGS = flags.FLAGS
 
 
@@ -189,13 +198,19 @@ def newest_run_dir(name):
 
 
 def benchmark(name):
+    """Trains the run to its budget (or, with --curves_only, takes its newest run directory as it
+    is), writes its CSV and PNG and returns its figures."""
     config, settings = run_config(name)
-    run_dir = newest_run_dir(name) if FLAGS.resume else None
-    if run_dir is None:
-        run_dir = tempfile.mkdtemp(prefix=f"{name}_", dir=FLAGS.output_dir)
-    load_average = cluster.wait_for_quiet_machine()
-    num_learners = RUNS[name].get("learners", 1)
-    wall_secs, logdir = train(run_dir, config, num_learners)
+    run_dir = newest_run_dir(name) if FLAGS.resume or FLAGS.curves_only else None
+    if FLAGS.curves_only:
+        if run_dir is None:
+            raise app.UsageError(f"--curves_only: no {name} run directory in {FLAGS.output_dir}")
+        load_average, wall_secs, logdir = None, None, os.path.join(run_dir, "logdir")
+    else:
+        if run_dir is None:
+            run_dir = tempfile.mkdtemp(prefix=f"{name}_", dir=FLAGS.output_dir)
+        load_average = cluster.wait_for_quiet_machine()
+        wall_secs, logdir = train(run_dir, config, RUNS[name].get("learners", 1))
     level_name = config.level_name
     points = curve(logdir, level_name)
     csv_path = os.path.join(FLAGS.output_dir, f"{name}.csv")
@@ -208,20 +223,22 @@ def benchmark(name):
         comments="",
     )
     target = RUNS[name]["target"]
-    frames = config.total_environment_frames
+    budget = config.total_environment_frames
+    frames = int(points[-1, 0])  # at the last game: the budget, unless the run stopped early
     entropy = np.array(summaries.scalars(logdir, "policy/entropy_fraction")).reshape(-1, 2)
     plot(
         points,
         entropy,
-        f"{level_name}, {config.agent_name}, {frames:,} frames",
+        f"{level_name}, {config.agent_name}, {frames:,} of {budget:,} frames",
         target,
         os.path.join(FLAGS.output_dir, f"{name}.png"),
     )
     return {
         "run": name,
         "level_name": level_name,
-        "learners": num_learners,
+        "learners": RUNS[name].get("learners", 1),
         "frames": frames,
+        "budget": budget,
         "load_average": load_average,
         "wall_secs": wall_secs,
         "games": len(points),
@@ -248,10 +265,12 @@ def main(argv):
     )
     for r in results:
         reached = f"{r['frames_to_target']:,}" if r["frames_to_target"] else "not reached"
+        # --curves_only measured no load or time.
+        load = "-" if r["load_average"] is None else f"{r['load_average']:.2f}"
+        minutes = "-" if r["wall_secs"] is None else f"{r['wall_secs'] / 60:.1f}"
         print(
-            f"{r['run']:<16}{r['frames']:>12,}{r['load_average']:>6.2f}"
-            f"{r['wall_secs'] / 60:>9.1f}{r['games']:>7}{r['final_mean_return_100']:>24.2f}"
-            f"{r['target']:>8g}{reached:>18}"
+            f"{r['run']:<16}{r['frames']:>12,}{load:>6}{minutes:>9}{r['games']:>7}"
+            f"{r['final_mean_return_100']:>24.2f}{r['target']:>8g}{reached:>18}"
         )
     print(f"curves: {FLAGS.output_dir}/<run>.csv and .png")
     print(json.dumps({"quick": FLAGS.quick, "results": results}))

@@ -60,6 +60,7 @@ class Actor:
         self._config = config
         self._learner_host = learner_host
         self._agent = agent
+        self._parameters = agent.trainable_variables  # Sonnet walks its modules at each access.
         self._transport = transport
         self._env = env
         self._name = name
@@ -95,7 +96,7 @@ class Actor:
             time.sleep(1.0)
 
     def _load(self, parameters):
-        for variable, value in zip(self._agent.trainable_variables, parameters, strict=True):
+        for variable, value in zip(self._parameters, parameters, strict=True):
             variable.assign(value)
 
     def run(self):

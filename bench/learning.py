@@ -201,6 +201,7 @@ def benchmark(name):
     """Trains the run to its budget (or, with --curves_only, takes its newest run directory as it
     is), writes its CSV and PNG and returns its figures."""
     config, settings = run_config(name)
+    num_learners = RUNS[name].get("learners", 1)
     run_dir = newest_run_dir(name) if FLAGS.resume or FLAGS.curves_only else None
     if FLAGS.curves_only:
         if run_dir is None:
@@ -210,7 +211,7 @@ def benchmark(name):
         if run_dir is None:
             run_dir = tempfile.mkdtemp(prefix=f"{name}_", dir=FLAGS.output_dir)
         load_average = cluster.wait_for_quiet_machine()
-        wall_secs, logdir = train(run_dir, config, RUNS[name].get("learners", 1))
+        wall_secs, logdir = train(run_dir, config, num_learners)
     level_name = config.level_name
     points = curve(logdir, level_name)
     csv_path = os.path.join(FLAGS.output_dir, f"{name}.csv")
@@ -236,7 +237,7 @@ def benchmark(name):
     return {
         "run": name,
         "level_name": level_name,
-        "learners": RUNS[name].get("learners", 1),
+        "learners": num_learners,
         "frames": frames,
         "budget": budget,
         "load_average": load_average,

@@ -99,7 +99,7 @@ class Learner:
             config.logdir, agent=agent, optimizer=self._optimizer, environment_frames=self._frames
         )
         self._train_step = tf.function(
-            functools.partial(train_step.train_step, agent, self._optimizer, config, hvd)
+            functools.partial(train_step.train_batch, agent, self._optimizer, config, hvd)
         )
         self._replay = None
         if config.replay_size:

@@ -14,9 +14,11 @@ the policy is still uniform; `|log rho|` and `clipped` compare the learner's pol
 actors' (behaviour) policy on the batch: near 0 when the policy lag is small; `lag` the
 learner steps between the parameters an unroll was acted with and the step that trains on it.
 
-Summaries (rank 0): `<level>/episode_return` per game of rank 0's own actors (as
-scalable_agent), and per interval `all_learners/mean_episode_return`, `loss/*`,
-`frames_per_second`, `learning_rate`, `policy_lag`, `queue_size`, `policy/*`.
+Summaries (rank 0): `learner/start_frames` once, at the frame count the learner starts (or,
+restored, restarts) from (summaries.scalars drops what an earlier run wrote past it);
+`<level>/episode_return` per game of rank 0's own actors (as scalable_agent); and per
+interval `all_learners/mean_episode_return`, `loss/*`, `frames_per_second`, `learning_rate`,
+`policy_lag`, `queue_size`, `policy/*`.
 """
 
 import collections
@@ -25,6 +27,8 @@ import time
 import numpy as np
 import tensorflow as tf
 from absl import logging
+
+import summaries
 
 RETURN_WINDOW = 100  # games in the logged mean return
 
@@ -51,6 +55,9 @@ class ProgressLog:
         self._writer = tf.summary.create_file_writer(config.logdir) if is_chief else None
         self._last_time = time.monotonic()
         self._last_frames = int(frames.numpy())
+        if self._writer is not None:
+            with self._writer.as_default(step=self._last_frames):
+                tf.summary.scalar(summaries.START_TAG, self._last_frames)
         # (games, return sum) of each recent step, over all learners.
         self._recent_games = collections.deque()
         self._reset_interval()

@@ -5,16 +5,44 @@ It ships for the benchmarks (bench/learning.py draws its curves from it); the te
 
 import tensorflow as tf
 
+# Written by the learner (rank 0) when it starts, at step = the frame count it starts from.
+START_TAG = "learner/start_frames"
+
+
+def _read_events_file(path, tag):
+    """(wall time of the file's first summary, smallest step of any summary in it, the (step,
+    value) points of `tag`) of one events file (its opening event's time is whole seconds)."""
+    first_wall_time, first_step, points = None, None, []
+    for record in tf.data.TFRecordDataset(path):
+        event = tf.compat.v1.Event.FromString(record.numpy())
+        if event.summary.value:
+            if first_wall_time is None:
+                first_wall_time = event.wall_time
+            first_step = event.step if first_step is None else min(first_step, event.step)
+        for value in event.summary.value:
+            if value.tag == tag:
+                points.append((event.step, float(tf.make_ndarray(value.tensor))))
+    return first_wall_time or 0.0, first_step, points
+
 
 def scalars(logdir, tag):
-    """Every value of the scalar summary `tag` in `logdir`: list of (step, value), by step."""
+    """Every value of the scalar summary `tag` in `logdir`: list of (step, value), by step.
+
+    A learner restarted from a checkpoint trains again the frames after it, writing to a new
+    events file whose first step is the frame count it restored (START_TAG): what the earlier
+    files hold from that step on is orphaned (those frames were trained again) and is dropped,
+    as TensorBoard drops it.
+    """
+    paths = tf.io.gfile.glob(f"{logdir}/events.out.tfevents.*")
+    files = sorted(
+        (_read_events_file(path, tag) for path in paths),
+        key=lambda file: file[0],  # in the order they were written
+    )
     points = []
-    for path in sorted(tf.io.gfile.glob(f"{logdir}/events.out.tfevents.*")):
-        for record in tf.data.TFRecordDataset(path):
-            event = tf.compat.v1.Event.FromString(record.numpy())
-            for value in event.summary.value:
-                if value.tag == tag:
-                    points.append((event.step, float(tf.make_ndarray(value.tensor))))
+    for _, first_step, file_points in files:
+        if first_step is not None:
+            points = [point for point in points if point[0] < first_step]
+        points.extend(file_points)
     return sorted(points, key=lambda step_and_value: step_and_value[0])
 
 

@@ -5,7 +5,7 @@ Two sets, measured in the same run (bench/throughput.py prints both):
     env             the actors' vector environment (actor.create_env), random actions;
     inference       tf.function(agent.__call__) at batch --num_envs_per_actor, outputs to
                     numpy, as the actor calls it;
-    learner         the learner's train step (train_step.train_step) on a synthetic batch as
+    learner         the learner's batch step (train_step.train_batch) on a synthetic batch as
                     the configuration trains it: B + round(B x replay ratio) unrolls of T
                     steps (B without replay), numpy arrays as dequeued, in --minibatches
                     steps;
@@ -15,7 +15,8 @@ Two sets, measured in the same run (bench/throughput.py prints both):
                     environments, the env stage;
     inference_best  the agent's forward pass, outputs to numpy, at the cheapest of batch
                     8/16/32/64, with and without XLA;
-    learner_best    the learner stage, the cheaper of with and without XLA.
+    learner_best    the learner stage, the cheaper of with and without XLA (the two measured
+                    in turn, window by window).
 Each stage gives steps/s (best window) and CPU ms per step (all this process's threads): agent
 steps acted for env and inference, agent steps trained on for the learner. A configuration
 trains on each agent step `uses` = (B + replayed) / B times, so on a saturated machine an
@@ -57,23 +58,43 @@ def steps_per_second(step, steps_per_call, window_secs, repeats):
     Returns a dict: `rate` (agent steps/s), `cpu_ms` (CPU milliseconds this process spent per
     agent step, all its threads) and `other_cores` (cores the rest of the machine used).
     """
+    return steps_per_second_in_turn({"": step}, steps_per_call, window_secs, repeats)[""]
 
-    def window():
+
+def steps_per_second_in_turn(steps, steps_per_call, window_secs, repeats):
+    """steps_per_second of each of `steps` ({name: step}), their windows taken in turn, so that
+    a change in the machine's load weighs on every variant alike. -> {name: dict}."""
+
+    def window(step):
         calls, start = 0, time.perf_counter()
         while time.perf_counter() - start < window_secs:
             step()
             calls += 1
         return calls * steps_per_call, time.perf_counter() - start
 
-    window()
-    machine, own, start = cpu_seconds(None), time.process_time(), time.perf_counter()
-    windows = [window() for _ in range(repeats)]
-    own = time.process_time() - own
-    other = (cpu_seconds(None) - machine - own) / (time.perf_counter() - start)
+    for step in steps.values():
+        window(step)
+    totals = {
+        name: {"steps": 0, "secs": 0.0, "own": 0.0, "other": 0.0, "rates": []} for name in steps
+    }
+    for _ in range(repeats):
+        for name, step in steps.items():
+            machine, own = cpu_seconds(None), time.process_time()
+            calls_steps, secs = window(step)
+            own = time.process_time() - own
+            total = totals[name]
+            total["other"] += cpu_seconds(None) - machine - own
+            total["own"] += own
+            total["steps"] += calls_steps
+            total["secs"] += secs
+            total["rates"].append(calls_steps / secs)
     return {
-        "rate": max(steps / secs for steps, secs in windows),
-        "cpu_ms": 1e3 * own / sum(steps for steps, _ in windows),
-        "other_cores": other,
+        name: {
+            "rate": max(total["rates"]),
+            "cpu_ms": 1e3 * total["own"] / total["steps"],
+            "other_cores": total["other"] / total["secs"],
+        }
+        for name, total in totals.items()
     }
 
 
@@ -107,18 +128,24 @@ def learner_batch(agent, config, observation_spec, num_actions, rng):
     )
 
 
-def _learner(agent, config, hvd, batch, jit_compile, window_secs, repeats):
-    """The train step on `batch` (its own optimizer, so the agent's variables are shared only)."""
-    optimizer = train_step.make_optimizer(config, tf.Variable(config.learning_rate))
-    train_step.create_optimizer_state(optimizer, agent)
-    step = tf.function(
-        functools.partial(train_step.train_step, agent, optimizer, config, hvd),
-        jit_compile=jit_compile,
-    )
+def _learner(agent, config, hvd, batch, window_secs, repeats):
+    """The batch step on `batch`, plain and with XLA, measured in turn -> {"plain": ..., "xla":
+    ...} (each its own optimizer, so the agent's variables are all they share)."""
     weights = np.ones(len(batch.parameter_version), np.float32)
     rng = np.random.default_rng(config.seed)
-    return steps_per_second(
-        lambda: train_step.train_in_minibatches(step, batch, weights, config.minibatches, rng),
+    steps = {}
+    for name, jit_compile in (("plain", False), ("xla", True)):
+        optimizer = train_step.make_optimizer(config, tf.Variable(config.learning_rate))
+        train_step.create_optimizer_state(optimizer, agent)
+        function = tf.function(
+            functools.partial(train_step.train_batch, agent, optimizer, config, hvd),
+            jit_compile=jit_compile,
+        )
+        steps[name] = functools.partial(
+            train_step.train_in_minibatches, function, batch, weights, config.minibatches, rng
+        )
+    return steps_per_second_in_turn(
+        steps,
         weights.size * config.unroll_length,  # agent steps trained on per learner step
         window_secs,
         repeats,
@@ -170,10 +197,8 @@ def measure(config, hvd, agent, observation_spec, num_actions, window_secs, repe
     stages["inference"] = inference(*own_inference)
 
     batch = learner_batch(agent, config, observation_spec, num_actions, rng)
-    learner = functools.partial(
-        _learner, agent, config, hvd, batch, window_secs=window_secs, repeats=repeats
-    )
-    stages["learner"] = learner(jit_compile=False)
+    learner = _learner(agent, config, hvd, batch, window_secs, repeats)
+    stages["learner"] = learner["plain"]
 
     if environments.atari_id(config.level_name):
         stages["env_raw"] = _env_raw(config, window_secs, repeats)
@@ -187,7 +212,7 @@ def measure(config, hvd, agent, observation_spec, num_actions, window_secs, repe
     (size, jit), stages["inference_best"] = min(candidates.items(), key=lambda c: c[1]["cpu_ms"])
     stages["inference_best"] = dict(stages["inference_best"], batch=size, xla=jit)
     stages["learner_best"] = min(
-        [dict(stages["learner"], xla=False), dict(learner(jit_compile=True), xla=True)],
+        [dict(learner["plain"], xla=False), dict(learner["xla"], xla=True)],
         key=lambda s: s["cpu_ms"],
     )
     return stages

@@ -29,3 +29,25 @@ def test_episode_returns_of_the_level_from_every_file_in_frame_order(tmp_path):
         (400, 8.0),
     ]
     assert summaries.episode_returns(tmp_path, "Seaquest") == []
+
+
+def test_a_restarted_learner_replaces_what_its_earlier_run_wrote_past_the_checkpoint(tmp_path):
+    # The first run logged games up to frame 500 and was killed; its last checkpoint was at
+    # frame 300, from which the restarted run (a new events file) trains again.
+    for start, games in (
+        (0, [(100, -21.0), (300, -20.0), (400, -19.0), (500, -18.0)]),
+        (300, [(350, -17.0), (450, -16.0)]),
+    ):
+        writer = tf.summary.create_file_writer(str(tmp_path), filename_suffix=f".{start}")
+        with writer.as_default():
+            tf.summary.scalar(summaries.START_TAG, start, step=start)
+            for step, episode_return in games:
+                tf.summary.scalar("Pong/episode_return", episode_return, step=step)
+        writer.close()
+
+    assert summaries.episode_returns(tmp_path, "Pong") == [
+        (100, -21.0),
+        (350, -17.0),
+        (450, -16.0),
+    ]
+    assert summaries.scalars(tmp_path, summaries.START_TAG) == [(0, 0.0), (300, 300.0)]

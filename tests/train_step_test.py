@@ -84,7 +84,7 @@ def test_minibatches_take_one_step_each_and_give_priorities_in_batch_order(minib
         optimizer = train_step.make_optimizer(config, tf.Variable(0.0))
         train_step.create_optimizer_state(optimizer, agent)
         step = functools.partial(
-            train_step.train_step, agent, optimizer, config, train_step.SingleProcess
+            train_step.train_batch, agent, optimizer, config, train_step.SingleProcess
         )
         outputs, priorities = train_step.train_in_minibatches(
             step, batch, np.ones(5, np.float32), split, np.random.default_rng(1)

@@ -20,17 +20,19 @@ import transport
 import unrolls
 from agents import AgentOutput
 
-# Errors that mean "the learner is not (or no longer) there or not initialised yet".
-_LEARNER_UNAVAILABLE = (
+# Errors of a call to the learner that mean it is not (or no longer) there, not initialised yet,
+# or finished: a closed queue fails enqueues with Cancelled/OutOfRange, but a call cut by a
+# restarting learner is cancelled too, so the learner's `finished` flag tells which it was.
+_LEARNER_GONE = (
     tf.errors.UnavailableError,
     tf.errors.FailedPreconditionError,
     tf.errors.AbortedError,
     tf.errors.DeadlineExceededError,
     tf.errors.NotFoundError,
     tf.errors.InternalError,
+    tf.errors.CancelledError,
+    tf.errors.OutOfRangeError,
 )
-# Errors that mean "the learner closed the queue: training is over".
-_LEARNER_FINISHED = (tf.errors.CancelledError, tf.errors.OutOfRangeError)
 
 
 class LearnerUnreachableError(RuntimeError):
@@ -75,7 +77,7 @@ class Actor:
             if transport.is_listening(self._learner_host):
                 try:
                     return self._transport.pull_parameters()
-                except _LEARNER_UNAVAILABLE as e:
+                except _LEARNER_GONE as e:
                     problem = type(e).__name__
                     self._transport.reconnect()
             waited = time.monotonic() - start
@@ -131,19 +133,16 @@ class Actor:
             try:
                 self._transport.enqueue(tf.nest.flatten(unroll))
                 parameters, version = self._transport.pull_parameters()
-            except _LEARNER_FINISHED:
-                logging.info("%s: learner finished training; exiting", self._name)
-                return 0
-            except _LEARNER_UNAVAILABLE as e:
+            except _LEARNER_GONE as e:
+                if self._learner_finished():
+                    logging.info("%s: learner finished training; exiting", self._name)
+                    return 0
                 logging.warning(
                     "%s: lost learner %s (%s); reconnecting",
                     self._name,
                     self._learner_host,
                     type(e).__name__,
                 )
-                if self._learner_finished():
-                    logging.info("%s: learner finished training; exiting", self._name)
-                    return 0
                 parameters, version = self._wait_for_learner()
                 logging.info("%s: reconnected to learner", self._name)
             unrolls_sent += 1

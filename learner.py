@@ -9,7 +9,8 @@ Per step, in order:
      thus sees the same global frame count and the same decision to stop, so all ranks take the
      same number of steps and none is left waiting inside a gradient allreduce;
   3. V-trace loss on the batch (its on-policy and replayed unrolls), gradients averaged over
-     ranks (hvd.DistributedGradientTape), optional global-norm clipping, an optimizer step with
+     ranks (one grouped Horovod allreduce; with --xla the loss-and-gradients and the update are
+     each compiled by XLA around it), optional global-norm clipping, an optimizer step with
      the learning rate decayed linearly to 0 over --total_environment_frames (global frames);
      with --minibatches M, one such step on each of M minibatches of the batch's unrolls.
      Every rank's batch holds the same number of unrolls (each adds B per step to its replay
@@ -31,7 +32,6 @@ The step itself (loss, gradients, optimizer) is train_step.py; the prefetch thre
 """
 
 import collections
-import functools
 import hashlib
 import signal
 import time
@@ -98,9 +98,7 @@ class Learner:
         self._checkpointer = checkpointing.Checkpointer(
             config.logdir, agent=agent, optimizer=self._optimizer, environment_frames=self._frames
         )
-        self._train_step = tf.function(
-            functools.partial(train_step.train_batch, agent, self._optimizer, config, hvd)
-        )
+        self._train_step = train_step.make_batch_step(agent, self._optimizer, config, hvd)
         self._replay = None
         if config.replay_size:
             self._replay = replay.UnrollReplay(

@@ -4,10 +4,10 @@ Public so that the learner, the tests and the benchmarks all run the very same s
 
   optimizer = make_optimizer(config, learning_rate)   # learning_rate: a tf.Variable
   create_optimizer_state(optimizer, agent)            # before restoring or broadcasting it
-  step = tf.function(functools.partial(train_batch, agent, optimizer, config, hvd))
+  step = make_batch_step(agent, optimizer, config, hvd)
   outputs, priorities = train_in_minibatches(step, batch, weights, config.minibatches, rng)
                               # batch: Unroll of [B, T+1, ...] arrays, weights: float32 [B]
-                              # (1: on-policy); train_step alone is one minibatch's step
+                              # (1: on-policy); make_train_step's step is one minibatch's
 """
 
 import functools
@@ -138,14 +138,13 @@ def behaviour_kl(behaviour_logits, target_logits):
     )
 
 
-def loss_gradients(agent, unroll, config, hvd, unroll_weights=None):
-    """Gradients of the V-trace loss on this rank's batch, averaged over all Horovod ranks.
+def local_gradients(agent, config, unroll, unroll_weights=None):
+    """Gradients of the V-trace loss on this rank's batch, not averaged (XLA-compilable).
 
     Args:
       agent: the agent.
-      unroll: Unroll of batch-major [B, T+1, ...] tensors (as dequeued).
       config: config.Config (see vtrace_loss).
-      hvd: the initialised horovod.tensorflow module.
+      unroll: Unroll of batch-major [B, T+1, ...] tensors (as dequeued).
       unroll_weights: optional float32 [B] (see vtrace_loss).
 
     Returns:
@@ -156,9 +155,32 @@ def loss_gradients(agent, unroll, config, hvd, unroll_weights=None):
         total, parts, stats = vtrace_loss(
             agent, unrolls.to_time_major(unroll), config, unroll_weights
         )
-    if hvd.size() > 1:
-        tape = hvd.DistributedGradientTape(tape)
     return tape.gradient(total, agent.trainable_variables), total, parts, stats
+
+
+def average_over_ranks(hvd, gradients):
+    """The gradients averaged over all Horovod ranks (one grouped allreduce; none for 1 rank)."""
+    if hvd.size() == 1:
+        return gradients
+    return hvd.grouped_allreduce(gradients, op=hvd.Average)
+
+
+def loss_gradients(agent, unroll, config, hvd, unroll_weights=None):
+    """local_gradients averaged over all Horovod ranks: (gradients, total, parts, stats)."""
+    gradients, total, parts, stats = local_gradients(agent, config, unroll, unroll_weights)
+    return average_over_ranks(hvd, gradients), total, parts, stats
+
+
+def apply_gradients(optimizer, config, variables, gradients):
+    """Clips `gradients` to config.gradients_clipping (global norm; <= 0: no clipping) and applies
+    them to `variables` (XLA-compilable); returns their global norm before clipping."""
+    gradient_norm = tf.linalg.global_norm(gradients)
+    if config.gradients_clipping > 0:
+        gradients, _ = tf.clip_by_global_norm(
+            gradients, config.gradients_clipping, use_norm=gradient_norm
+        )
+    optimizer.apply(gradients, variables)
+    return gradient_norm
 
 
 class FusedAdam(snt.optimizers.Adam):
@@ -231,38 +253,52 @@ def single_process_step(agent, config):
     learning_rate = tf.Variable(config.learning_rate)
     optimizer = make_optimizer(config, learning_rate)
     create_optimizer_state(optimizer, agent)
-    step = tf.function(functools.partial(train_batch, agent, optimizer, config, SingleProcess))
+    step = make_batch_step(agent, optimizer, config, SingleProcess)
     return step, learning_rate
 
 
-def train_step(agent, optimizer, config, hvd, unroll, unroll_weights):
-    """One learner step on `unroll` (batch-major [B, T+1, ...]); wrap it in tf.function.
+def make_train_step(agent, optimizer, config, hvd):
+    """One learner step on a minibatch: step(unroll [B, T+1, ...], unroll_weights float32 [B])
+    -> (dict of scalars: the loss parts, `total`, `gradient_norm` (before clipping) and the
+    scalar statistics of vtrace_loss; the replay priorities [B] of the unrolls).
 
-    Args:
-      unroll_weights: float32 [B], each unroll's loss weight (1 for on-policy unrolls).
-
-    Returns:
-      (dict of scalars: the loss parts, `total`, `gradient_norm` (before clipping) and the
-      scalar statistics of vtrace_loss; the replay priorities [B] of the unrolls).
+    With config.xla the loss-and-gradients and the clip-and-update are each compiled by XLA,
+    separately: Horovod's allreduce between them has no XLA kernel on CPU. Compiled once (the
+    functions are made here, not per call) for each minibatch shape.
     """
-    gradients, total, parts, stats = loss_gradients(agent, unroll, config, hvd, unroll_weights)
-    priorities = stats.pop("priorities")
-    gradient_norm = tf.linalg.global_norm(gradients)
-    if config.gradients_clipping > 0:
-        gradients, _ = tf.clip_by_global_norm(
-            gradients, config.gradients_clipping, use_norm=gradient_norm
-        )
-    optimizer.apply(gradients, agent.trainable_variables)
-    return dict(parts, **stats, total=total, gradient_norm=gradient_norm), priorities
+    variables = agent.trainable_variables
+    gradients_of = tf.function(
+        functools.partial(local_gradients, agent, config), jit_compile=config.xla
+    )
+    update = tf.function(
+        functools.partial(apply_gradients, optimizer, config, variables), jit_compile=config.xla
+    )
+
+    def step(unroll, unroll_weights):
+        gradients, total, parts, stats = gradients_of(unroll, unroll_weights)
+        gradient_norm = update(average_over_ranks(hvd, gradients))
+        priorities = stats.pop("priorities")
+        return dict(parts, **stats, total=total, gradient_norm=gradient_norm), priorities
+
+    return step
 
 
-def train_batch(agent, optimizer, config, hvd, unroll, unroll_weights, order, minibatches):
+def make_batch_step(agent, optimizer, config, hvd):
+    """The learner's batch step, a tf.function of train_batch over make_train_step's steps:
+    step(unroll, unroll_weights, order, minibatches); run it with train_in_minibatches."""
+    return tf.function(
+        functools.partial(train_batch, make_train_step(agent, optimizer, config, hvd))
+    )
+
+
+def train_batch(train_step, unroll, unroll_weights, order, minibatches):
     """The learner's update on one batch: one train_step per minibatch of whole unrolls, as
     PPO's minibatches, all in one graph (wrap it in tf.function): one Python call per batch,
     where a call per minibatch cost the default batch (8 minibatches) ~8 % more CPU and ~18 %
     more wall time (the two interleaved in one process).
 
     Args:
+      train_step: a minibatch step of make_train_step.
       unroll: Unroll of batch-major [N, T+1, ...] tensors; N static.
       unroll_weights: float32 [N], each unroll's loss weight.
       order: int32 [N], a permutation of 0..N-1: the unrolls in this order are split into
@@ -277,14 +313,12 @@ def train_batch(agent, optimizer, config, hvd, unroll, unroll_weights, order, mi
     num_unrolls = unroll_weights.shape[0]
     parts = np.array_split(np.arange(num_unrolls), min(minibatches, num_unrolls))
     if len(parts) == 1:
-        return train_step(agent, optimizer, config, hvd, unroll, unroll_weights)
+        return train_step(unroll, unroll_weights)
     outputs, priorities = [], []
     for part in parts:
         positions = order[part[0] : part[-1] + 1]
         minibatch = tf.nest.map_structure(lambda t: tf.gather(t, positions), unroll)  # noqa: B023
-        step_outputs, step_priorities = train_step(
-            agent, optimizer, config, hvd, minibatch, tf.gather(unroll_weights, positions)
-        )
+        step_outputs, step_priorities = train_step(minibatch, tf.gather(unroll_weights, positions))
         outputs.append(step_outputs)
         priorities.append(step_priorities)
     means = {name: tf.reduce_mean(tf.stack([o[name] for o in outputs])) for name in outputs[0]}

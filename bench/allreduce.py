@@ -5,14 +5,13 @@ Run under mpirun with 2 (or more) ranks:
       .venv/bin/python bench/allreduce.py [--agents=SimpleConvNetAgent,ResNetLSTMAgent]
 
 For each agent (Atari shapes: 84x84x4 frames, 6 actions) every rank times, in the same run:
-  - `allreduce`: averaging a gradient-sized list of tensors across ranks inside a tf.function,
-    as hvd.DistributedGradientTape does every learner step;
-  - `train step`: the learner's full step (train_step.train_step: V-trace loss, averaged
+  - `allreduce`: averaging a gradient-sized list of tensors across ranks inside a tf.function
+    with one grouped allreduce, as the learner does every step (train_step.average_over_ranks);
+  - `train step`: the learner's full step (train_step.make_train_step: V-trace loss, averaged
     gradients, optimizer) with the default Config on a synthetic batch of B unrolls of T steps.
 Rank 0 prints a table with both (median ms) and their ratio, then one JSON line.
 """
 
-import functools
 import json
 import time
 
@@ -61,14 +60,14 @@ def measure(agent_name, rng):
     config = config_lib.Config()
     optimizer = train_step.make_optimizer(config, tf.Variable(config.learning_rate))
     train_step.create_optimizer_state(optimizer, agent)
-    step = tf.function(functools.partial(train_step.train_step, agent, optimizer, config, hvd))
+    step = tf.function(train_step.make_train_step(agent, optimizer, config, hvd))
 
     compression = {"none": hvd.Compression.none, "fp16": hvd.Compression.fp16}
     compression = compression[FLAGS.compression]
 
     @tf.function
     def allreduce(tensors):
-        return [hvd.allreduce(t, op=hvd.Average, compression=compression) for t in tensors]
+        return hvd.grouped_allreduce(tensors, op=hvd.Average, compression=compression)
 
     variables = agent.trainable_variables
     gradients = [tf.random.normal(v.shape) for v in variables]
@@ -80,7 +79,7 @@ def measure(agent_name, rng):
         "allreduce_ms": median_ms(lambda: allreduce(gradients), FLAGS.repeats),
     }
     if FLAGS.train_step:
-        # The train step includes the allreduce (hvd.DistributedGradientTape).
+        # The train step includes the allreduce (train_step.average_over_ranks).
         result["train_step_ms"] = median_ms(lambda: step(batch, weights), FLAGS.repeats)
     return result
 

@@ -5,7 +5,7 @@
 
 One process steps --num_envs environments for T (--unroll_length) steps with the agent, builds
 the unroll exactly as an actor does, and trains on it at once with the learner's own step
-(train_step.train_step, the learning rate decayed as the learner does): IMPALA with no policy
+(train_step.make_train_step, the learning rate decayed as the learner does): IMPALA with no policy
 lag, no transport and no Horovod. What it leaves out is what a learning failure cannot be
 blamed on if this learns; what it keeps (agent, loss, optimizer, environment) is what to look
 at if it does not. With --epochs and --minibatches it reuses each batch as PPO does (with

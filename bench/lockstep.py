@@ -10,7 +10,7 @@ Three steps in one command (~15 min for 60 updates here):
 2. bench/reference_ppo.py (PyTorch PPO, its defaults: 8 envs x 128 steps, 4 epochs x 4
    minibatches of 256 random transitions) starts from those weights, acts, learns for --updates
    rollouts and saves each rollout and, at the end, its policy on the last one;
-3. our learner (train_step.train_step with --policy_clip, the same PPO settings: Adam 2.5e-4
+3. our learner (train_step.make_train_step with --policy_clip, the same PPO settings: Adam 2.5e-4
    annealed as the reference anneals, gradients clipped at 0.5 x 256 on our summed loss,
    epsilon 1e-5 x 256; 4 epochs x 4 minibatches of 2 whole unrolls of 128 steps) learns from the
    very same rollouts in the same order, from the same weights.

@@ -8,7 +8,7 @@ Two sets, measured in the same run (bench/throughput.py prints both):
     learner         the learner's batch step (train_step.train_batch) on a synthetic batch as
                     the configuration trains it: B + round(B x replay ratio) unrolls of T
                     steps (B without replay), numpy arrays as dequeued, in --minibatches
-                    steps;
+                    steps, with XLA as --xla says;
   the limit, stages no implementation choice of this project can move:
     env_raw         ale-py's AtariVectorEnv alone (same game, preprocessing and frame stack,
                     num_threads = cores, random actions, no wrapper of ours); for other
@@ -26,6 +26,7 @@ the same bound from the own stages is `cpu_ceiling`, and `ceiling` = 1 / (1/env 
 + uses/learner) is their rate run one after another.
 """
 
+import dataclasses
 import functools
 import os
 import time
@@ -134,12 +135,11 @@ def _learner(agent, config, hvd, batch, window_secs, repeats):
     weights = np.ones(len(batch.parameter_version), np.float32)
     rng = np.random.default_rng(config.seed)
     steps = {}
-    for name, jit_compile in (("plain", False), ("xla", True)):
+    for name, xla in (("plain", False), ("xla", True)):
         optimizer = train_step.make_optimizer(config, tf.Variable(config.learning_rate))
         train_step.create_optimizer_state(optimizer, agent)
-        function = tf.function(
-            functools.partial(train_step.train_batch, agent, optimizer, config, hvd),
-            jit_compile=jit_compile,
+        function = train_step.make_batch_step(
+            agent, optimizer, dataclasses.replace(config, xla=xla), hvd
         )
         steps[name] = functools.partial(
             train_step.train_in_minibatches, function, batch, weights, config.minibatches, rng
@@ -198,7 +198,7 @@ def measure(config, hvd, agent, observation_spec, num_actions, window_secs, repe
 
     batch = learner_batch(agent, config, observation_spec, num_actions, rng)
     learner = _learner(agent, config, hvd, batch, window_secs, repeats)
-    stages["learner"] = learner["plain"]
+    stages["learner"] = learner["xla" if config.xla else "plain"]  # as configured
 
     if environments.atari_id(config.level_name):
         stages["env_raw"] = _env_raw(config, window_secs, repeats)

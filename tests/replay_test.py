@@ -5,8 +5,6 @@ The frequency tests are chi-square goodness-of-fit tests; each fails a correct i
 with probability 1e-6 (cpprb draws from its own unseeded generator, so runs differ).
 """
 
-import functools
-
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -274,7 +272,7 @@ def test_priorities_change_after_a_learner_step():
     optimizer = train_step.make_optimizer(config, tf.Variable(config.learning_rate))
 
     step = tf.function(
-        functools.partial(train_step.train_step, agent, optimizer, config, train_step.SingleProcess)
+        train_step.make_train_step(agent, optimizer, config, train_step.SingleProcess)
     )
     flat, indexes, weights = memory.sample(8, beta=1.0)
     np.testing.assert_array_equal(weights, 1)  # all entered with the same (max) priority

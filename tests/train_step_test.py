@@ -2,7 +2,6 @@
 steps on minibatches of a batch."""
 
 import dataclasses
-import functools
 
 import numpy as np
 import pytest
@@ -83,9 +82,7 @@ def test_minibatches_take_one_step_each_and_give_priorities_in_batch_order(minib
     for split in (1, minibatches):
         optimizer = train_step.make_optimizer(config, tf.Variable(0.0))
         train_step.create_optimizer_state(optimizer, agent)
-        step = functools.partial(
-            train_step.train_batch, agent, optimizer, config, train_step.SingleProcess
-        )
+        step = train_step.make_batch_step(agent, optimizer, config, train_step.SingleProcess)
         outputs, priorities = train_step.train_in_minibatches(
             step, batch, np.ones(5, np.float32), split, np.random.default_rng(1)
         )
@@ -94,3 +91,58 @@ def test_minibatches_take_one_step_each_and_give_priorities_in_batch_order(minib
         assert all(np.isfinite(value) for value in outputs.values())
         results[split] = priorities
     np.testing.assert_allclose(results[minibatches], results[1], rtol=1e-5)
+
+
+def compiled_calls(batch_step, batch, minibatches):
+    """How many calls of XLA-compiled functions the graph of `batch_step` (train_step's batch
+    step, already run on `batch` with `minibatches`) holds, its function library included."""
+    num_unrolls = len(batch.parameter_version)
+    weights, order = np.ones(num_unrolls, np.float32), np.arange(num_unrolls, dtype=np.int32)
+    graph = batch_step.get_concrete_function(batch, weights, order, minibatches).graph
+    graph_def = graph.as_graph_def()
+    nodes = [*graph_def.node, *(n for f in graph_def.library.function for n in f.node_def)]
+    return sum(node.attr["_XlaMustCompile"].b for node in nodes)
+
+
+@pytest.mark.parametrize(
+    "agent_name",
+    [
+        "MLPAgent",
+        "SimpleConvNetAgent",
+        pytest.param("ResNetAgent", marks=pytest.mark.slow),  # XLA compiles it in ~40 s
+        pytest.param("ResNetLSTMAgent", marks=pytest.mark.slow),
+    ],
+)
+def test_the_xla_step_updates_as_the_plain_step(agent_name):
+    """From the same parameters, a batch step (2 minibatches) compiled by XLA (--xla: its graph
+    calls 2 compiled functions per minibatch, the plain one none) gives the plain step's loss,
+    priorities and updated parameters up to float rounding."""
+    agent = agents.agent_factory(agent_name)(3)
+    spec = ((4,), np.float32) if agent_name == "MLPAgent" else ((84, 84, 4), np.uint8)
+    batch = unrolls.random_unroll(agent, spec, 3, 4, 5, np.random.default_rng(0))
+    inputs = unrolls.to_time_major(batch)
+    agent.unroll(inputs.agent_outputs.action, inputs.env_outputs, inputs.agent_state)  # builds it
+    initial = [v.numpy() for v in agent.trainable_variables]
+    results = {}
+    for xla in (False, True):
+        for variable, value in zip(agent.trainable_variables, initial, strict=True):
+            variable.assign(value)
+        step, _ = train_step.single_process_step(
+            agent, dataclasses.replace(config_lib.Config(), xla=xla)
+        )
+        outputs, priorities = train_step.train_in_minibatches(
+            step, batch, np.ones(4, np.float32), 2, np.random.default_rng(1)
+        )
+        assert compiled_calls(step, batch, minibatches=2) == (4 if xla else 0)
+        results[xla] = outputs, priorities, [v.numpy() for v in agent.trainable_variables]
+    (plain_outputs, plain_priorities, plain), (xla_outputs, xla_priorities, xla) = (
+        results[False],
+        results[True],
+    )
+    assert plain_outputs.keys() == xla_outputs.keys()
+    for name, value in plain_outputs.items():
+        np.testing.assert_allclose(xla_outputs[name], value, rtol=1e-4, atol=1e-5, err_msg=name)
+    np.testing.assert_allclose(xla_priorities, plain_priorities, rtol=1e-4, atol=1e-6)
+    for before, after_plain, after_xla in zip(initial, plain, xla, strict=True):
+        assert not np.array_equal(after_plain, before)  # Adam moves every parameter
+        np.testing.assert_allclose(after_xla, after_plain, rtol=1e-3, atol=1e-6)

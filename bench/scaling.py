@@ -59,16 +59,24 @@ FRAMES_PER_AGENT_STEP = 4
 PUBLISHED = {1: 5800, 4: 18800}
 # mpirun's launcher for the namespaces: "agent HOST COMMAND" runs COMMAND in the namespace that
 # holds HOST's address, as ssh would on a real host.
+# Each "host" keeps Open MPI's session directory in a directory of its own, as a real host's
+# /tmp: the orteds of one job share this machine's host name and /tmp otherwise, and then race
+# to create the same directories (one in ~5 jobs had a daemon fail with "File exists" or
+# crash in hwloc's topology sharing, and mpirun waited for it forever).
 RSH_AGENT = """#!/bin/sh
 host=$1; shift
 for ns in $(ip netns list | cut -d' ' -f1); do
   if ip -n "$ns" -4 -o addr show | grep -q " inet $host/"; then
-    exec ip netns exec "$ns" sh -c "$*"
+    tmp="$(dirname "$0")/$ns"
+    mkdir -p "$tmp"
+    exec ip netns exec "$ns" env OMPI_MCA_orte_tmpdir_base="$tmp" sh -c "$*"
   fi
 done
 echo "no network namespace holds $host" >&2
 exit 1
 """
+# One run of bench/allreduce.py takes 10-60 s here; one that runs longer is stuck.
+RUN_TIMEOUT_SECS = 300
 _JSON_LINE = re.compile(r"^\{.*\"results\".*\}$", re.MULTILINE)
 
 
@@ -104,13 +112,24 @@ def allreduce_bench(extra_flags, mpirun_args=(), namespaces=(), rsh_agent=None):
             *mpirun_args,
             *command,
         ]
-    done = subprocess.run(command, capture_output=True, text=True, timeout=900)
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=RUN_TIMEOUT_SECS)
+    except subprocess.TimeoutExpired as e:
+        raise RuntimeError(
+            f"{' '.join(command[:12])} ... still running after {RUN_TIMEOUT_SECS} s:\n"
+            f"{_text(e.stdout)[-2000:]}\n{_text(e.stderr)[-3000:]}"
+        ) from None
     if done.returncode != 0 or not _JSON_LINE.search(done.stdout):
         raise RuntimeError(
             f"{' '.join(command[:12])} ... exited {done.returncode}:\n"
             f"{done.stdout[-2000:]}\n{done.stderr[-3000:]}"
         )
     return json.loads(_JSON_LINE.findall(done.stdout)[-1])
+
+
+def _text(output):
+    """A TimeoutExpired's captured output (bytes, str or None) as text."""
+    return output.decode(errors="replace") if isinstance(output, bytes) else output or ""
 
 
 def shape_links(namespaces, rate):

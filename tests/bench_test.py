@@ -1,6 +1,7 @@
 """The benchmarks as users run and stop them: the throughput and scaling benchmarks end to end;
 SIGTERM or SIGHUP leaves no worker running."""
 
+import contextlib
 import json
 import signal
 import subprocess
@@ -81,6 +82,7 @@ def test_the_throughput_benchmark_measures_every_stage_and_the_replay_row(start,
     network_namespaces.skip_reason("tc", "mpirun") is not None,
     reason=str(network_namespaces.skip_reason("tc", "mpirun")),
 )
+@pytest.mark.timeout(1500)  # above the wait below, so that a stuck run's log is printed
 def test_the_scaling_benchmark_measures_allreduces_across_namespaces(start):
     """bench.scaling with one agent, one rate and Horovod's defaults: two real mpirun jobs whose
     ranks live in network namespaces (2 and 4 "hosts"), then the projection from them; the
@@ -99,7 +101,12 @@ def test_the_scaling_benchmark_measures_allreduces_across_namespaces(start):
         ],
         "bench",
     )
-    assert bench.wait(timeout=900) == 0, bench.log()[-3000:]
+    try:  # ~1 min; each of its runs fails after bench.scaling.RUN_TIMEOUT_SECS
+        assert bench.wait(timeout=1200) == 0, bench.log()[-3000:]
+    finally:  # a stuck benchmark removes its namespaces on SIGTERM (SIGKILL would leave them)
+        bench.popen.terminate()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            bench.popen.wait(timeout=60)
     result = json.loads([line for line in bench.log().splitlines() if line.startswith("{")][-1])
     measured = {m["ranks"]: m["allreduce_ms"] for m in result["measured"]}
     assert sorted(measured) == [2, 4] and all(ms > 0 for ms in measured.values()), measured

@@ -158,6 +158,13 @@ class Config:
     )
 
     # Operations.
+    intra_op_threads: int = setting(
+        0,
+        "TF kernel (intra-op) threads of each worker; 0: sized so that the workers sharing a "
+        "host's cores do not preempt one another: 1 for an actor, the host's cores divided by "
+        "the learners on it for a learner (experiment.kernel_threads).",
+        lower_bound=0,
+    )
     checkpoint_secs: int = setting(300, "Seconds between checkpoints.")
     log_secs: int = setting(10, "Seconds between learner log lines.")
     batch_timeout_secs: int = setting(

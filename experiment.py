@@ -97,12 +97,36 @@ def _cluster_transport(config, agent, observation_spec, num_actions):
     )
 
 
+def kernel_threads(config, job_name, learners_on_host=1):
+    """TF kernel (intra-op) threads of a worker: --intra_op_threads, or (0) its share of the
+    cores it may run on, so that the workers sharing them do not preempt one another: 1 for
+    an actor (its inference batch is too small to split, and the cores are its environments'
+    and the learners'), the cores divided by `learners_on_host` for a learner."""
+    if config.intra_op_threads:
+        return config.intra_op_threads
+    if job_name == "actor":
+        return 1
+    return max(1, len(os.sched_getaffinity(0)) // learners_on_host)
+
+
+def size_kernel_threads(threads):
+    """Sizes TF's kernel thread pool; before this process's first TF op."""
+    tf.config.threading.set_intra_op_parallelism_threads(threads)
+    logging.info(
+        "%s: %d TF kernel thread(s), %d cores",
+        FLAGS.job_name,
+        threads,
+        len(os.sched_getaffinity(0)),
+    )
+
+
 def train_learner(config):
     import horovod.tensorflow as hvd  # Actors and evaluation never need MPI.
 
     from learner import Learner
 
     hvd.init()
+    size_kernel_threads(kernel_threads(config, "learner", learners_on_host=hvd.local_size()))
     agent, observation_spec, num_actions, frames_per_step = build_agent(config)
     # Refused before this learner serves anything: a replay memory the host cannot hold.
     replay.check_fits(
@@ -114,6 +138,7 @@ def train_learner(config):
 
 
 def train_actor(config):
+    size_kernel_threads(kernel_threads(config, "actor"))
     own_address = FLAGS.actor_hosts[FLAGS.task] if FLAGS.task < len(FLAGS.actor_hosts) else ""
     tf.random.set_seed(actor_seed(config.seed, own_address))
     agent, observation_spec, num_actions, _ = build_agent(config)

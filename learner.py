@@ -4,10 +4,11 @@ Every learner is one Horovod rank (one rank without mpirun when there is a singl
 Per step, in order:
   1. take the next batch of B unrolls that the prefetch thread dequeued from this worker set's
      queue (waiting at most --batch_timeout_secs);
-  2. allreduce a small status vector over all ranks: environment frames in the batch, whether a
-     batch came, whether a stop was requested, finished episodes and their return sum. Every rank
-     thus sees the same global frame count and the same decision to stop, so all ranks take the
-     same number of steps and none is left waiting inside a gradient allreduce;
+  2. allreduce a small status vector over all ranks (a lone rank keeps its own): environment
+     frames in the batch, whether a batch came, whether a stop was requested, finished episodes
+     and their return sum. Every rank thus sees the same global frame count and the same
+     decision to stop, so all ranks take the same number of steps and none is left waiting
+     inside a gradient allreduce;
   3. V-trace loss on the batch (its on-policy and replayed unrolls), gradients averaged over
      ranks (one grouped Horovod allreduce; with --xla the loss-and-gradients and the update are
      each compiled by XLA around it), optional global-norm clipping, an optimizer step with
@@ -118,6 +119,8 @@ class Learner:
         )
 
     def _allreduce_status(self, status):
+        if self._hvd.size() == 1:  # nothing to agree on: skips Horovod's cycle (~1 % of a step)
+            return _Status(*status)
         summed = self._hvd.allreduce(
             tf.constant(status, tf.float64), op=self._hvd.Sum, name="learner_status"
         )

@@ -4,7 +4,8 @@ Two sets, measured in the same run (bench/throughput.py prints both):
   own stages, as the system runs them:
     env             the actors' vector environment (actor.create_env), random actions;
     inference       tf.function(agent.__call__) at batch --num_envs_per_actor, outputs to
-                    numpy, as the actor calls it;
+                    numpy, as the actor calls it (in a process of its own, with an actor's
+                    kernel threads: experiment.kernel_threads);
     learner         the learner's batch step (train_step.train_batch) on a synthetic batch as
                     the configuration trains it: B + round(B x replay ratio) unrolls of T
                     steps (B without replay), numpy arrays as dequeued, in --minibatches
@@ -14,7 +15,8 @@ Two sets, measured in the same run (bench/throughput.py prints both):
                     num_threads = cores, random actions, no wrapper of ours); for other
                     environments, the env stage;
     inference_best  the agent's forward pass, outputs to numpy, at the cheapest of batch
-                    8/16/32/64, with and without XLA;
+                    8/16/32/64, with and without XLA, with an actor's kernel threads and with
+                    one per core;
     learner_best    the learner stage, the cheaper of with and without XLA (the two measured
                     in turn, window by window).
 Each stage gives steps/s (best window) and CPU ms per step (all this process's threads): agent
@@ -26,8 +28,10 @@ the same bound from the own stages is `cpu_ceiling`, and `ceiling` = 1 / (1/env 
 + uses/learner) is their rate run one after another.
 """
 
+import concurrent.futures
 import dataclasses
 import functools
+import multiprocessing
 import os
 import time
 
@@ -36,6 +40,7 @@ import psutil
 import tensorflow as tf
 
 import environments
+import experiment
 import replay
 import train_step
 import unrolls
@@ -116,6 +121,22 @@ def _inference(agent, env_output, batch, jit_compile, window_secs, repeats):
     return steps_per_second(inference_step, batch, window_secs, repeats)
 
 
+def _inference_in_actor_pool(config, candidates, window_secs, repeats):
+    """{(batch, jit_compile): _inference's figures} of `candidates`, timed with an actor's
+    kernel threads. Run it in a fresh process: TF fixes its thread pool when it starts."""
+    tf.config.threading.set_intra_op_parallelism_threads(experiment.kernel_threads(config, "actor"))
+    agent, _, _, _ = experiment.build_agent(config)
+    env = create_env(config, "bench")
+    try:
+        env_output = env.initial()
+    finally:
+        env.close()
+    return {
+        candidate: _inference(agent, env_output, *candidate, window_secs, repeats)
+        for candidate in candidates
+    }
+
+
 def learner_batch(agent, config, observation_spec, num_actions, rng):
     """A synthetic batch as the learner of `config` trains on: B + round(B x replay ratio)
     random unrolls [N, T+1, ...] (B without replay), numpy arrays as dequeued."""
@@ -190,11 +211,19 @@ def measure(config, hvd, agent, observation_spec, num_actions, window_secs, repe
         )
     finally:
         env.close()
-    inference = functools.partial(
-        _inference, agent, env_output, window_secs=window_secs, repeats=repeats
-    )
     own_inference = (config.num_envs_per_actor, False)  # the actor's batch, no XLA
-    stages["inference"] = inference(*own_inference)
+    candidates = [(size, jit) for size in INFERENCE_BATCHES for jit in (False, True)]
+    actor_threads = experiment.kernel_threads(config, "actor")
+    spawn = multiprocessing.get_context("spawn")
+    with concurrent.futures.ProcessPoolExecutor(1, mp_context=spawn) as actor_process:
+        in_actor_pool = actor_process.submit(
+            _inference_in_actor_pool,
+            config,
+            [own_inference, *(c for c in candidates if c != own_inference)],
+            window_secs,
+            repeats,
+        ).result()
+    stages["inference"] = in_actor_pool[own_inference]
 
     batch = learner_batch(agent, config, observation_spec, num_actions, rng)
     learner = _learner(agent, config, hvd, batch, window_secs, repeats)
@@ -204,13 +233,14 @@ def measure(config, hvd, agent, observation_spec, num_actions, window_secs, repe
         stages["env_raw"] = _env_raw(config, window_secs, repeats)
     else:
         stages["env_raw"] = dict(stages["env"], note="not Atari: the env stage")
-    candidates = {own_inference: stages["inference"]}  # measured above, not again
-    for size in INFERENCE_BATCHES:
-        for jit in (False, True):
-            if (size, jit) not in candidates:
-                candidates[(size, jit)] = inference(size, jit)
-    (size, jit), stages["inference_best"] = min(candidates.items(), key=lambda c: c[1]["cpu_ms"])
-    stages["inference_best"] = dict(stages["inference_best"], batch=size, xla=jit)
+    # The same candidates with this process's pool, one thread per core.
+    measured = {(*c, actor_threads): figures for c, figures in in_actor_pool.items()}
+    for size, jit in candidates:
+        measured[(size, jit, os.cpu_count())] = _inference(
+            agent, env_output, size, jit, window_secs, repeats
+        )
+    (size, jit, threads), best = min(measured.items(), key=lambda c: c[1]["cpu_ms"])
+    stages["inference_best"] = dict(best, batch=size, xla=jit, threads=threads)
     stages["learner_best"] = min(
         [dict(learner["plain"], xla=False), dict(learner["xla"], xla=True)],
         key=lambda s: s["cpu_ms"],

@@ -162,7 +162,9 @@ def table_rows():
 
 
 def print_stage(name, stage):
-    chosen = ", ".join(f"{key} {stage[key]}" for key in ("batch", "xla", "note") if key in stage)
+    chosen = ", ".join(
+        f"{key} {stage[key]}" for key in ("batch", "xla", "threads", "note") if key in stage
+    )
     print(
         f"  {name:<16}{stage['rate']:>9.0f}{stage['cpu_ms']:>13.3f}{stage['other_cores']:>13.2f}"
         + (f"   ({chosen})" if chosen else "")

@@ -1,5 +1,6 @@
 """experiment.py end to end: a learner and actors as real processes on loopback, free ports."""
 
+import os
 import signal
 
 import numpy as np
@@ -23,9 +24,13 @@ def train_one_learner_two_actors(spawn, logdir, flags, timeout):
     learner = spawn([*flags, "--job_name=learner"], "learner")
     actors = [spawn([*flags, "--job_name=actor", f"--task={j}"], f"actor{j}") for j in range(2)]
     assert learner.wait(timeout=timeout) == 0, learner.log()[-3000:]
+    # Each worker sized its TF kernel pool (experiment.kernel_threads): a lone learner takes
+    # every core, an actor one thread.
+    assert f"learner: {len(os.sched_getaffinity(0))} TF kernel thread(s)" in learner.log()
     for actor in actors:
         assert actor.wait(timeout=60) == 0, actor.log()[-3000:]
         assert "learner finished training; exiting" in actor.log()
+        assert "actor: 1 TF kernel thread(s)" in actor.log()
     level_name = [f for f in flags if f.startswith("--level_name=")][-1].split("=", 1)[1]
     return learner, [r for _, r in summaries.episode_returns(logdir, level_name)]
 

@@ -121,10 +121,10 @@ def _inference(agent, env_output, batch, jit_compile, window_secs, repeats):
     return steps_per_second(inference_step, batch, window_secs, repeats)
 
 
-def _inference_in_actor_pool(config, candidates, window_secs, repeats):
-    """{(batch, jit_compile): _inference's figures} of `candidates`, timed with an actor's
-    kernel threads. Run it in a fresh process: TF fixes its thread pool when it starts."""
-    tf.config.threading.set_intra_op_parallelism_threads(experiment.kernel_threads(config, "actor"))
+def _inference_with_threads(config, threads, candidates, window_secs, repeats):
+    """{(batch, jit_compile): _inference's figures} of `candidates`, timed with `threads` kernel
+    threads. Run it in a fresh process: TF fixes its thread pool when it starts."""
+    tf.config.threading.set_intra_op_parallelism_threads(threads)
     agent, _, _, _ = experiment.build_agent(config)
     env = create_env(config, "bench")
     try:
@@ -217,8 +217,9 @@ def measure(config, hvd, agent, observation_spec, num_actions, window_secs, repe
     spawn = multiprocessing.get_context("spawn")
     with concurrent.futures.ProcessPoolExecutor(1, mp_context=spawn) as actor_process:
         in_actor_pool = actor_process.submit(
-            _inference_in_actor_pool,
+            _inference_with_threads,
             config,
+            actor_threads,
             [own_inference, *(c for c in candidates if c != own_inference)],
             window_secs,
             repeats,
@@ -233,12 +234,14 @@ def measure(config, hvd, agent, observation_spec, num_actions, window_secs, repe
         stages["env_raw"] = _env_raw(config, window_secs, repeats)
     else:
         stages["env_raw"] = dict(stages["env"], note="not Atari: the env stage")
-    # The same candidates with this process's pool, one thread per core.
+    # The same candidates with this process's pool, one thread per core (unless an actor's
+    # pool is that already).
     measured = {(*c, actor_threads): figures for c, figures in in_actor_pool.items()}
-    for size, jit in candidates:
-        measured[(size, jit, os.cpu_count())] = _inference(
-            agent, env_output, size, jit, window_secs, repeats
-        )
+    if actor_threads != os.cpu_count():
+        for size, jit in candidates:
+            measured[(size, jit, os.cpu_count())] = _inference(
+                agent, env_output, size, jit, window_secs, repeats
+            )
     (size, jit, threads), best = min(measured.items(), key=lambda c: c[1]["cpu_ms"])
     stages["inference_best"] = dict(best, batch=size, xla=jit, threads=threads)
     stages["learner_best"] = min(

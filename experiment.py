@@ -137,7 +137,16 @@ def train_learner(config):
     return Learner(config, hvd, agent, link, frames_per_step, FLAGS.actor_hosts).run()
 
 
+def lower_actor_priority(niceness):
+    """Adds `niceness` to this actor's (os.nice) before it starts its TF and environment
+    threads, which inherit it: a learner on the same host, the bottleneck, gets the cores first,
+    and an actor still gets every core that no learner wants."""
+    os.nice(niceness)
+    logging.info("actor: niceness %d", os.getpriority(os.PRIO_PROCESS, 0))
+
+
 def train_actor(config):
+    lower_actor_priority(config.actor_niceness)
     size_kernel_threads(kernel_threads(config, "actor"))
     own_address = FLAGS.actor_hosts[FLAGS.task] if FLAGS.task < len(FLAGS.actor_hosts) else ""
     tf.random.set_seed(actor_seed(config.seed, own_address))

@@ -31,6 +31,8 @@ def train_one_learner_two_actors(spawn, logdir, flags, timeout):
         assert actor.wait(timeout=60) == 0, actor.log()[-3000:]
         assert "learner finished training; exiting" in actor.log()
         assert "actor: 1 TF kernel thread(s)" in actor.log()
+        # and lowered its priority below the learner's by --actor_niceness (default 10)
+        assert f"actor: niceness {min(19, os.nice(0) + 10)}" in actor.log()
     level_name = [f for f in flags if f.startswith("--level_name=")][-1].split("=", 1)[1]
     return learner, [r for _, r in summaries.episode_returns(logdir, level_name)]
 
@@ -208,6 +210,7 @@ def test_bad_flags_give_one_line_errors(spawn, bad_flags, message):
     [
         ("--minibatches=0", "flag --minibatches=0: 0 is not a positive integer"),
         ("--step_timeout_secs=-1", "flag --step_timeout_secs=-1: -1 is not a non-negative"),
+        ("--actor_niceness=20", "flag --actor_niceness=20: 20 is not an integer in the range"),
     ],
 )
 def test_out_of_range_settings_are_refused_by_flag_parsing(spawn, bad_flag, message):

@@ -121,7 +121,7 @@ def _inference(agent, env_output, batch, jit_compile, window_secs, repeats):
     return steps_per_second(inference_step, batch, window_secs, repeats)
 
 
-def _inference_with_threads(config, threads, candidates, window_secs, repeats):
+def inference_with_threads(config, threads, candidates, window_secs, repeats):
     """{(batch, jit_compile): _inference's figures} of `candidates`, timed with `threads` kernel
     threads. Run it in a fresh process: TF fixes its thread pool when it starts."""
     tf.config.threading.set_intra_op_parallelism_threads(threads)
@@ -173,7 +173,7 @@ def _learner(agent, config, hvd, batch, window_secs, repeats):
     )
 
 
-def _env_raw(config, window_secs, repeats):
+def env_raw(config, window_secs, repeats):
     """ale-py's AtariVectorEnv alone, configured as environments.AtariVectorEnvironment does,
     stepped by as many threads as cores."""
     settings = environments.AtariSettings(
@@ -217,7 +217,7 @@ def measure(config, hvd, agent, observation_spec, num_actions, window_secs, repe
     spawn = multiprocessing.get_context("spawn")
     with concurrent.futures.ProcessPoolExecutor(1, mp_context=spawn) as actor_process:
         in_actor_pool = actor_process.submit(
-            _inference_with_threads,
+            inference_with_threads,
             config,
             actor_threads,
             [own_inference, *(c for c in candidates if c != own_inference)],
@@ -231,7 +231,7 @@ def measure(config, hvd, agent, observation_spec, num_actions, window_secs, repe
     stages["learner"] = learner["xla" if config.xla else "plain"]  # as configured
 
     if environments.atari_id(config.level_name):
-        stages["env_raw"] = _env_raw(config, window_secs, repeats)
+        stages["env_raw"] = env_raw(config, window_secs, repeats)
     else:
         stages["env_raw"] = dict(stages["env"], note="not Atari: the env stage")
     # The same candidates with this process's pool, one thread per core (unless an actor's

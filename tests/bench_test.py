@@ -44,26 +44,23 @@ def test_a_stopped_benchmark_takes_its_workers_with_it(start, tmp_path, signum):
     assert alive == [], [p.cmdline() for p in alive]
 
 
+def run_to_json(start, module, args):
+    """Runs `python -m module *args` to its end (at most 900 s) -> its JSON line, parsed (the
+    last line that is an object: workers may log after it)."""
+    bench = start([sys.executable, "-m", module, *args], "bench")
+    assert bench.wait(timeout=900) == 0, bench.log()[-3000:]
+    return json.loads([line for line in bench.log().splitlines() if line.startswith("{")][-1])
+
+
 def test_the_throughput_benchmark_measures_every_stage_and_the_replay_row(start, tmp_path):
     """bench.throughput --quick end to end on CartPole: each stage, the default row with its
     replay (ratio 3) and without, and the JSON line that carries them (figures positive, not
     judged: the machine may be loaded)."""
-    bench = start(
-        [
-            sys.executable,
-            "-m",
-            "bench.throughput",
-            "--quick",
-            "--level_name=CartPole-v1",
-            "--agent_name=MLPAgent",
-            "--batch_size=4",
-            "--max_load=1000",
-        ],
-        "bench",
-    )
-    assert bench.wait(timeout=900) == 0, bench.log()[-3000:]
-    result = json.loads(
-        [line for line in bench.log().splitlines() if line.startswith('{"config"')][-1]
+    result = run_to_json(
+        start,
+        "bench.throughput",
+        ["--quick", "--level_name=CartPole-v1", "--agent_name=MLPAgent", "--batch_size=4"]
+        + ["--max_load=1000"],
     )
     for stage in ("env", "inference", "learner", "env_raw", "inference_best", "learner_best"):
         assert result["stages"][stage]["rate"] > 0, stage
@@ -76,6 +73,24 @@ def test_the_throughput_benchmark_measures_every_stage_and_the_replay_row(start,
         assert row["agent_steps_per_s"] > 0 and row["learner_steps_per_s"] > 0, row
         assert row["learner_peak_rss_mb"] > 0 and row["learner_pss_mb"] > 0, row
         assert row["total_pss_mb"] >= row["learner_pss_mb"] + row["actor_pss_mb"], row
+
+
+def test_the_corun_benchmark_runs_the_learner_beside_both_kinds_of_model_actors(start):
+    """bench.corun end to end on Pong with a one-unroll learner batch and short windows: the
+    limit's stages, then the learner beside model actors of each variant (figures positive,
+    not judged: the machine may be loaded)."""
+    result = run_to_json(
+        start,
+        "bench.corun",
+        ["--batch_size=1", "--replay_size=0", "--minibatches=1", "--windows=1"]
+        + ["--window_secs=2"],
+    )
+    assert result["uses"] == 1.0 and result["limit"] > 0, result
+    assert [row["variant"] for row in result["rows"]] == ["best", "own"]
+    for row in result["rows"]:
+        assert row["agent_steps_per_s"] > 0 and row["learner_cores"] > 0, row
+        assert row["actor_cores"] > 0 and row["actor_cpu_ms"] > 0, row
+        assert row["over_limit"] == pytest.approx(row["agent_steps_per_s"] / result["limit"])
 
 
 @pytest.mark.skipif(

@@ -1,0 +1,268 @@
+"""The learner beside model actors on the same cores: how near the limit can a system get?
+
+  .venv/bin/python -m bench.corun [--variants=best,own] [--window_secs=20] [training flags]
+
+(from the repository root; ~3 min per variant here). bench/throughput.py's limit counts every
+core busy with the cheapest work; in a system the learner's kernel threads share the cores
+with the actors, and their batch step slows when anything else runs. This measures, in one run:
+
+1. the limit's stages alone: env_raw (bench.stages), inference_best's configuration (batch
+   64, XLA, one kernel thread, in a process of its own) and the learner stage (the batch step
+   as configured, this process, one kernel thread per core); before the variants and again
+   after them, the cheaper of the two each (the machine drifts, by 10 % in minutes here);
+2. for each variant, the learner stage again beside --actors model actors: processes at
+   --actor_niceness with one kernel thread, each stepping ale-py's AtariVectorEnv
+   (--num_envs_per_actor games, random actions) and running the agent's forward pass on its
+   frames; none of the system's transport, queue or Python loop. Each actor may run ahead of
+   what the learner consumed (trained steps / uses, shared among the actors) by one round of
+   its games' unrolls (N x T agent steps), as a full queue lets a real actor; then it waits.
+   Variants of the model actors' inference:
+     best  the limit's: batch 64 with XLA, once per 64 / N steps of the games
+     own   the actors' own: batch N (--num_envs_per_actor), no XLA, after every step
+
+Each variant's rate is the learner's trained steps/s / uses in agent steps/s, against
+  limit = cores / (env_raw + inference_best + uses x learner alone)   [agent steps/s]
+from this run's stages: `best` says how near the limit any system of this learner can get on
+these cores, `own` what the actors' inference batch costs of that. Printed: a table and, last,
+one JSON line.
+"""
+
+import concurrent.futures
+import json
+import multiprocessing
+import os
+import time
+
+import numpy as np
+import psutil
+import tensorflow as tf
+from absl import app, flags
+
+import config as config_lib
+import environments
+import experiment
+import train_step
+from bench import stages
+
+flags.DEFINE_list("variants", ["best", "own"], "Model actors' inference: best, own.")
+flags.DEFINE_integer("actors", 2, "Model actors.")
+flags.DEFINE_float("window_secs", 20.0, "Length of each measured window.")
+flags.DEFINE_integer("windows", 3, "Measured windows per variant (after one warm-up window).")
+config_lib.define_flags()
+FLAGS = flags.FLAGS
+
+BEST_BATCH = 64  # inference_best's batch on this machine (bench/README.md)
+# How long a model actor that is ahead of the learner sleeps before it looks again.
+_THROTTLE_SECS = 0.002
+
+
+def _model_actor(config, variant, index, allowance, produced, ready, start):
+    """A model actor's process: sets ready[index] once warm, then from `start` on acts while
+    produced[index] (its agent steps) <= allowance.value."""
+    os.nice(config.actor_niceness)
+    tf.config.threading.set_intra_op_parallelism_threads(1)
+    agent, _, num_actions, _ = experiment.build_agent(config)
+    settings = environments.AtariSettings(
+        config.level_name, False, config.width, config.height, config.sticky_actions
+    )
+    num_envs = config.num_envs_per_actor
+    env = environments.ale_vector_env(settings, num_envs, num_threads=1)
+    env.reset(seed=config.seed + index)
+    rng = np.random.default_rng(config.seed + index)
+    batch, jit = (BEST_BATCH, True) if variant == "best" else (num_envs, False)
+    act = tf.function(agent.__call__, jit_compile=jit)
+    observation = env.step(rng.integers(0, num_actions, num_envs, np.int32))[0]
+    # Inference reads frames of the games' shape [batch, H, W, 4]; the games' own frames,
+    # tiled to the batch (what the network computes does not depend on their values).
+    frames = np.resize(observation.transpose(0, 2, 3, 1), (batch, *observation.shape[2:], 4))
+    zeros = np.zeros(batch, np.float32)
+    inputs = environments.StepOutput(
+        zeros,
+        environments.StepOutputInfo(zeros, np.zeros(batch, np.int32), np.zeros(batch, bool)),
+        np.zeros(batch, bool),
+        frames,
+    )
+    state = {"action": np.zeros(batch, np.int32), "core": agent.initial_state(batch)}
+    steps_per_inference = max(1, batch // num_envs)
+
+    def round_of_batch():  # batch agent steps: the games stepped, one forward pass
+        for _ in range(steps_per_inference):
+            env.step(rng.integers(0, num_actions, num_envs, np.int32))
+        output, state["core"] = act(state["action"], inputs, state["core"])
+        state["action"] = tf.nest.map_structure(lambda t: t.numpy(), output).action
+        return steps_per_inference * num_envs
+
+    for _ in range(10):  # traced, and warm
+        round_of_batch()
+    ready[index] = 1
+    start.wait()
+    while True:
+        if produced[index] > allowance.value:
+            time.sleep(_THROTTLE_SECS)
+            continue
+        produced[index] += round_of_batch()
+
+
+def _learner_step(config):
+    """The learner stage's batch step on a synthetic batch as configured -> step(): one batch
+    step, returning the agent steps it trained on."""
+    agent, observation_spec, num_actions, _ = experiment.build_agent(config)
+    rng = np.random.default_rng(config.seed)
+    batch = stages.learner_batch(agent, config, observation_spec, num_actions, rng)
+    batch_step, _ = train_step.single_process_step(agent, config)
+    weights = np.ones(len(batch.parameter_version), np.float32)
+
+    def step():
+        train_step.train_in_minibatches(batch_step, batch, weights, config.minibatches, rng)
+        return weights.size * config.unroll_length
+
+    return step
+
+
+def _windows(step, count, secs, others=()):
+    """`count` windows of `step` after a warm-up window -> dict: `rate` (trained steps/s, the
+    best window), `mean_rate`, `cpu_ms` (this process's CPU ms per trained step) and `cores`,
+    and `other_cores`, the cores the processes `others` used over the same windows."""
+    step()  # a warm-up window's first step may be a slow one of a new throttle
+    rates, wall, cpu, other, steps = [], 0.0, 0.0, 0.0, 0
+    for window in range(count + 1):
+        start, clock, others_clock, window_steps = (
+            time.perf_counter(),
+            time.process_time(),
+            stages.cpu_seconds(others),
+            0,
+        )
+        while time.perf_counter() - start < secs:
+            window_steps += step()
+        if window == 0:
+            continue
+        rates.append(window_steps / (time.perf_counter() - start))
+        wall += time.perf_counter() - start
+        cpu += time.process_time() - clock
+        other += stages.cpu_seconds(others) - others_clock
+        steps += window_steps
+    return {
+        "rate": max(rates),
+        "mean_rate": steps / wall,
+        "cpu_ms": 1e3 * cpu / steps,
+        "cores": cpu / wall,
+        "other_cores": other / wall,
+    }
+
+
+def corun(config, variant, step, uses, count, secs):
+    """The learner's `step` beside FLAGS.actors model actors of `variant` -> dict of figures."""
+    spawn = multiprocessing.get_context("spawn")
+    allowance = spawn.Value("d", 0.0, lock=False)
+    produced = spawn.Array("d", FLAGS.actors, lock=False)
+    ready = spawn.Array("d", FLAGS.actors, lock=False)
+    start = spawn.Event()
+    actors = [
+        spawn.Process(
+            target=_model_actor,
+            args=(config, variant, i, allowance, produced, ready, start),
+            daemon=True,
+        )
+        for i in range(FLAGS.actors)
+    ]
+    for actor in actors:
+        actor.start()
+    try:
+        while min(ready) == 0:  # the learner keeps running while the actors warm up
+            step()
+            if not all(actor.is_alive() for actor in actors):
+                raise RuntimeError(f"a model actor of variant {variant!r} exited")
+        # One round of each actor's unrolls ahead of its share of what the learner consumed.
+        slack = config.num_envs_per_actor * config.unroll_length
+        trained = 0
+
+        def throttled_step():
+            nonlocal trained
+            steps = step()
+            trained += steps
+            allowance.value = trained / uses / FLAGS.actors + slack
+            return steps
+
+        allowance.value = slack
+        start.set()
+        processes = [psutil.Process(actor.pid) for actor in actors]
+        figures = _windows(throttled_step, count, secs, processes)
+    finally:
+        for actor in actors:
+            actor.terminate()
+            actor.join(10)
+    return {
+        "variant": variant,
+        "agent_steps_per_s": figures["rate"] / uses,
+        "learner_trained_steps_per_s": figures["rate"],
+        "learner_cpu_ms": figures["cpu_ms"],
+        "learner_cores": figures["cores"],
+        "actor_cores": figures["other_cores"],
+        "actor_cpu_ms": 1e3 * figures["other_cores"] / (figures["mean_rate"] / uses),
+    }
+
+
+def _limit_stages(config, step):
+    """The limit's stages alone -> (env_raw CPU ms per agent step, inference_best's, the
+    learner `step`'s _windows figures)."""
+    env_raw = stages.env_raw(config, 2.0, 3)["cpu_ms"]
+    spawn = multiprocessing.get_context("spawn")
+    with concurrent.futures.ProcessPoolExecutor(1, mp_context=spawn) as process:
+        inference_best = process.submit(
+            stages.inference_with_threads, config, 1, [(BEST_BATCH, True)], 2.0, 3
+        ).result()[(BEST_BATCH, True)]["cpu_ms"]
+    return env_raw, inference_best, _windows(step, FLAGS.windows, FLAGS.window_secs)
+
+
+def main(argv):
+    del argv
+    config = config_lib.from_flags()
+    if not environments.atari_id(config.level_name):
+        raise app.UsageError(f"--level_name={config.level_name}: bench.corun needs an Atari game")
+    unknown = set(FLAGS.variants) - {"best", "own"}
+    if unknown:
+        raise app.UsageError(f"--variants: unknown {sorted(unknown)}; choose from best, own")
+    uses = stages.uses_per_agent_step(config)
+    tf.config.threading.set_intra_op_parallelism_threads(os.cpu_count())
+    step = _learner_step(config)
+    before = _limit_stages(config, step)
+    rows = [
+        corun(config, variant, step, uses, FLAGS.windows, FLAGS.window_secs)
+        for variant in FLAGS.variants
+    ]
+    after = _limit_stages(config, step)
+    # The cheaper of the two measurements of each stage: a shared machine only slows one down.
+    env_raw, inference_best = min(before[0], after[0]), min(before[1], after[1])
+    alone = min(before[2], after[2], key=lambda figures: figures["cpu_ms"])
+    limit = os.cpu_count() * 1e3 / (env_raw + inference_best + uses * alone["cpu_ms"])
+    print(
+        f"stages alone, CPU ms per agent step: env_raw {env_raw:.3f}, inference_best "
+        f"{inference_best:.3f} (batch {BEST_BATCH}, XLA, 1 thread), learner {alone['cpu_ms']:.3f} "
+        f"per trained step ({alone['rate']:.0f} trained steps/s, {alone['cores']:.2f} cores); uses "
+        f"{uses:g}; limit {limit:.0f} agent steps/s"
+    )
+    print("variant  agent steps/s  /limit  learner cores  learner ms  actor cores  actor ms")
+    for row in rows:
+        row["over_limit"] = row["agent_steps_per_s"] / limit
+        print(
+            f"{row['variant']:7s}  {row['agent_steps_per_s']:13.0f}  {row['over_limit']:6.2f}  "
+            f"{row['learner_cores']:13.2f}  {row['learner_cpu_ms']:10.3f}  "
+            f"{row['actor_cores']:11.2f}  {row['actor_cpu_ms']:8.3f}"
+        )
+    print(
+        json.dumps(
+            {
+                "env_raw_cpu_ms": env_raw,
+                "inference_best_cpu_ms": inference_best,
+                "learner_cpu_ms": alone["cpu_ms"],
+                "learner_alone_trained_steps_per_s": alone["rate"],
+                "uses": uses,
+                "limit": limit,
+                "rows": rows,
+            }
+        )
+    )
+
+
+if __name__ == "__main__":
+    app.run(main)

@@ -34,7 +34,6 @@ import os
 import time
 
 import numpy as np
-import psutil
 import tensorflow as tf
 from absl import app, flags
 
@@ -104,8 +103,8 @@ def _model_actor(config, variant, index, allowance, produced, ready, start):
 
 
 def _learner_step(config):
-    """The learner stage's batch step on a synthetic batch as configured -> step(): one batch
-    step, returning the agent steps it trained on."""
+    """The learner stage's batch step on a synthetic batch as configured -> (step(): one batch
+    step, the agent steps it trains on)."""
     agent, observation_spec, num_actions, _ = experiment.build_agent(config)
     rng = np.random.default_rng(config.seed)
     batch = stages.learner_batch(agent, config, observation_spec, num_actions, rng)
@@ -114,44 +113,18 @@ def _learner_step(config):
 
     def step():
         train_step.train_in_minibatches(batch_step, batch, weights, config.minibatches, rng)
-        return weights.size * config.unroll_length
 
-    return step
-
-
-def _windows(step, count, secs, others=()):
-    """`count` windows of `step` after a warm-up window -> dict: `rate` (trained steps/s, the
-    best window), `mean_rate`, `cpu_ms` (this process's CPU ms per trained step) and `cores`,
-    and `other_cores`, the cores the processes `others` used over the same windows."""
-    step()  # a warm-up window's first step may be a slow one of a new throttle
-    rates, wall, cpu, other, steps = [], 0.0, 0.0, 0.0, 0
-    for window in range(count + 1):
-        start, clock, others_clock, window_steps = (
-            time.perf_counter(),
-            time.process_time(),
-            stages.cpu_seconds(others),
-            0,
-        )
-        while time.perf_counter() - start < secs:
-            window_steps += step()
-        if window == 0:
-            continue
-        rates.append(window_steps / (time.perf_counter() - start))
-        wall += time.perf_counter() - start
-        cpu += time.process_time() - clock
-        other += stages.cpu_seconds(others) - others_clock
-        steps += window_steps
-    return {
-        "rate": max(rates),
-        "mean_rate": steps / wall,
-        "cpu_ms": 1e3 * cpu / steps,
-        "cores": cpu / wall,
-        "other_cores": other / wall,
-    }
+    return step, weights.size * config.unroll_length
 
 
-def corun(config, variant, step, uses, count, secs):
-    """The learner's `step` beside FLAGS.actors model actors of `variant` -> dict of figures."""
+def _windows(step, steps_per_call):
+    """bench.stages.steps_per_second of the learner's `step` with this run's windows."""
+    return stages.steps_per_second(step, steps_per_call, FLAGS.window_secs, FLAGS.windows)
+
+
+def corun(config, variant, step, steps_per_call, uses):
+    """The learner's `step` beside FLAGS.actors model actors of `variant` -> dict of figures;
+    the actors' cores are the rest of the machine's (nothing else runs)."""
     spawn = multiprocessing.get_context("spawn")
     allowance = spawn.Value("d", 0.0, lock=False)
     produced = spawn.Array("d", FLAGS.actors, lock=False)
@@ -178,15 +151,13 @@ def corun(config, variant, step, uses, count, secs):
 
         def throttled_step():
             nonlocal trained
-            steps = step()
-            trained += steps
+            step()
+            trained += steps_per_call
             allowance.value = trained / uses / FLAGS.actors + slack
-            return steps
 
         allowance.value = slack
         start.set()
-        processes = [psutil.Process(actor.pid) for actor in actors]
-        figures = _windows(throttled_step, count, secs, processes)
+        figures = _windows(throttled_step, steps_per_call)
     finally:
         for actor in actors:
             actor.terminate()
@@ -202,7 +173,7 @@ def corun(config, variant, step, uses, count, secs):
     }
 
 
-def _limit_stages(config, step):
+def _limit_stages(config, step, steps_per_call):
     """The limit's stages alone -> (env_raw CPU ms per agent step, inference_best's, the
     learner `step`'s _windows figures)."""
     env_raw = stages.env_raw(config, 2.0, 3)["cpu_ms"]
@@ -211,7 +182,7 @@ def _limit_stages(config, step):
         inference_best = process.submit(
             stages.inference_with_threads, config, 1, [(BEST_BATCH, True)], 2.0, 3
         ).result()[(BEST_BATCH, True)]["cpu_ms"]
-    return env_raw, inference_best, _windows(step, FLAGS.windows, FLAGS.window_secs)
+    return env_raw, inference_best, _windows(step, steps_per_call)
 
 
 def main(argv):
@@ -224,13 +195,10 @@ def main(argv):
         raise app.UsageError(f"--variants: unknown {sorted(unknown)}; choose from best, own")
     uses = stages.uses_per_agent_step(config)
     tf.config.threading.set_intra_op_parallelism_threads(os.cpu_count())
-    step = _learner_step(config)
-    before = _limit_stages(config, step)
-    rows = [
-        corun(config, variant, step, uses, FLAGS.windows, FLAGS.window_secs)
-        for variant in FLAGS.variants
-    ]
-    after = _limit_stages(config, step)
+    step, steps_per_call = _learner_step(config)
+    before = _limit_stages(config, step, steps_per_call)
+    rows = [corun(config, variant, step, steps_per_call, uses) for variant in FLAGS.variants]
+    after = _limit_stages(config, step, steps_per_call)
     # The cheaper of the two measurements of each stage: a shared machine only slows one down.
     env_raw, inference_best = min(before[0], after[0]), min(before[1], after[1])
     alone = min(before[2], after[2], key=lambda figures: figures["cpu_ms"])

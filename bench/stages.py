@@ -61,8 +61,9 @@ def steps_per_second(step, steps_per_call, window_secs, repeats):
     """Best rate of `step()` over `repeats` windows after a warm-up window (tracing).
 
     The best, not the median: other work on a shared machine only ever slows a window down.
-    Returns a dict: `rate` (agent steps/s), `cpu_ms` (CPU milliseconds this process spent per
-    agent step, all its threads) and `other_cores` (cores the rest of the machine used).
+    Returns a dict: `rate` (agent steps/s), `mean_rate` (over all the windows), `cpu_ms` (CPU
+    milliseconds this process spent per agent step, all its threads), `cores` (this process's)
+    and `other_cores` (cores the rest of the machine used).
     """
     return steps_per_second_in_turn({"": step}, steps_per_call, window_secs, repeats)[""]
 
@@ -97,7 +98,9 @@ def steps_per_second_in_turn(steps, steps_per_call, window_secs, repeats):
     return {
         name: {
             "rate": max(total["rates"]),
+            "mean_rate": total["steps"] / total["secs"],
             "cpu_ms": 1e3 * total["own"] / total["steps"],
+            "cores": total["own"] / total["secs"],
             "other_cores": total["other"] / total["secs"],
         }
         for name, total in totals.items()

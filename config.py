@@ -74,10 +74,13 @@ class Config:
     queue_capacity: int = setting(
         8, "Unrolls the learner's queue holds; with the prefetched batch it bounds the policy lag."
     )
-    xla: bool = setting(
-        True,
+    xla: str = setting(
+        "auto",
         "Compile the learner's loss-and-gradients and its update with XLA (each minibatch; the "
-        "allreduce between them is Horovod's): -22 % CPU per trained step with the default agent.",
+        "allreduce between them is Horovod's): 'on', 'off', or 'auto': train the first batches "
+        "with both in turn and keep the one that costs less CPU on this machine "
+        "(step_choice.py; XLA took 22 % off on one CPU, added 11 % on another).",
+        choices=["auto", "on", "off"],
     )
     minibatches: int = setting(
         8,

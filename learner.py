@@ -10,9 +10,10 @@ Per step, in order:
      decision to stop, so all ranks take the same number of steps and none is left waiting
      inside a gradient allreduce;
   3. V-trace loss on the batch (its on-policy and replayed unrolls), gradients averaged over
-     ranks (one grouped Horovod allreduce; with --xla the loss-and-gradients and the update are
-     each compiled by XLA around it), optional global-norm clipping, an optimizer step with
-     the learning rate decayed linearly to 0 over --total_environment_frames (global frames);
+     ranks (one grouped Horovod allreduce; with XLA the loss-and-gradients and the update are
+     each compiled around it: --xla, by default whichever is cheaper here), optional
+     global-norm clipping, an optimizer step with the learning rate decayed linearly to 0 over
+     --total_environment_frames (global frames);
      with --minibatches M, one such step on each of M minibatches of the batch's unrolls.
      Every rank's batch holds the same number of unrolls (each adds B per step to its replay
      memory), so all ranks take the same number of steps, each with its own allreduce;

@@ -18,6 +18,7 @@ import tensorflow as tf
 
 import losses
 import replay
+import step_choice
 import unrolls
 import vtrace
 
@@ -246,6 +247,10 @@ class SingleProcess:
     def size():
         return 1
 
+    @staticmethod
+    def rank():
+        return 0
+
 
 def single_process_step(agent, config):
     """(the learner's batch step in one process, as a tf.function of train_batch; its
@@ -257,21 +262,19 @@ def single_process_step(agent, config):
     return step, learning_rate
 
 
-def make_train_step(agent, optimizer, config, hvd):
+def make_train_step(agent, optimizer, config, hvd, xla):
     """One learner step on a minibatch: step(unroll [B, T+1, ...], unroll_weights float32 [B])
     -> (dict of scalars: the loss parts, `total`, `gradient_norm` (before clipping) and the
     scalar statistics of vtrace_loss; the replay priorities [B] of the unrolls).
 
-    With config.xla the loss-and-gradients and the clip-and-update are each compiled by XLA,
+    With `xla` the loss-and-gradients and the clip-and-update are each compiled by XLA,
     separately: Horovod's allreduce between them has no XLA kernel on CPU. Compiled once (the
     functions are made here, not per call) for each minibatch shape.
     """
     variables = agent.trainable_variables
-    gradients_of = tf.function(
-        functools.partial(local_gradients, agent, config), jit_compile=config.xla
-    )
+    gradients_of = tf.function(functools.partial(local_gradients, agent, config), jit_compile=xla)
     update = tf.function(
-        functools.partial(apply_gradients, optimizer, config, variables), jit_compile=config.xla
+        functools.partial(apply_gradients, optimizer, config, variables), jit_compile=xla
     )
 
     def step(unroll, unroll_weights):
@@ -285,10 +288,19 @@ def make_train_step(agent, optimizer, config, hvd):
 
 def make_batch_step(agent, optimizer, config, hvd):
     """The learner's batch step, a tf.function of train_batch over make_train_step's steps:
-    step(unroll, unroll_weights, order, minibatches); run it with train_in_minibatches."""
-    return tf.function(
-        functools.partial(train_batch, make_train_step(agent, optimizer, config, hvd))
-    )
+    step(unroll, unroll_weights, order, minibatches); run it with train_in_minibatches.
+
+    XLA as --xla says; with 'auto' a step_choice.CheaperStep of the two that keeps the one
+    that costs this machine less CPU."""
+
+    def batch_step(xla):
+        return tf.function(
+            functools.partial(train_batch, make_train_step(agent, optimizer, config, hvd, xla))
+        )
+
+    if config.xla != "auto":
+        return batch_step(config.xla == "on")
+    return step_choice.CheaperStep({"xla": batch_step(True), "plain": batch_step(False)}, hvd)
 
 
 def train_batch(train_step, unroll, unroll_weights, order, minibatches):

@@ -33,6 +33,7 @@ flags.DEFINE_enum(
     "compression", "none", ["none", "fp16"], "Horovod's gradient compression for the allreduce."
 )
 flags.DEFINE_bool("train_step", True, "Also time the train step (ranks share this machine).")
+flags.DEFINE_bool("xla", True, "Compile the timed train step with XLA (see step_choice.py).")
 FLAGS = flags.FLAGS
 
 NUM_ACTIONS, FRAME_SHAPE = 6, (84, 84, 4)
@@ -60,7 +61,7 @@ def measure(agent_name, rng):
     config = config_lib.Config()
     optimizer = train_step.make_optimizer(config, tf.Variable(config.learning_rate))
     train_step.create_optimizer_state(optimizer, agent)
-    step = tf.function(train_step.make_train_step(agent, optimizer, config, hvd))
+    step = tf.function(train_step.make_train_step(agent, optimizer, config, hvd, FLAGS.xla))
 
     compression = {"none": hvd.Compression.none, "fp16": hvd.Compression.fp16}
     compression = compression[FLAGS.compression]

@@ -9,7 +9,7 @@ Two sets, measured in the same run (bench/throughput.py prints both):
     learner         the learner's batch step (train_step.train_batch) on a synthetic batch as
                     the configuration trains it: B + round(B x replay ratio) unrolls of T
                     steps (B without replay), numpy arrays as dequeued, in --minibatches
-                    steps, with XLA as --xla says;
+                    steps, with XLA as --xla says (auto: the cheaper);
   the limit, stages no implementation choice of this project can move:
     env_raw         ale-py's AtariVectorEnv alone (same game, preprocessing and frame stack,
                     num_threads = cores, random actions, no wrapper of ours); for other
@@ -159,7 +159,7 @@ def _learner(agent, config, hvd, batch, window_secs, repeats):
     weights = np.ones(len(batch.parameter_version), np.float32)
     rng = np.random.default_rng(config.seed)
     steps = {}
-    for name, xla in (("plain", False), ("xla", True)):
+    for name, xla in (("plain", "off"), ("xla", "on")):
         optimizer = train_step.make_optimizer(config, tf.Variable(config.learning_rate))
         train_step.create_optimizer_state(optimizer, agent)
         function = train_step.make_batch_step(
@@ -231,7 +231,10 @@ def measure(config, hvd, agent, observation_spec, num_actions, window_secs, repe
 
     batch = learner_batch(agent, config, observation_spec, num_actions, rng)
     learner = _learner(agent, config, hvd, batch, window_secs, repeats)
-    stages["learner"] = learner["xla" if config.xla else "plain"]  # as configured
+    # As configured; --xla=auto keeps the cheaper (step_choice.py).
+    stages["learner"] = {"on": learner["xla"], "off": learner["plain"]}.get(
+        config.xla, min(learner.values(), key=lambda s: s["cpu_ms"])
+    )
 
     if environments.atari_id(config.level_name):
         stages["env_raw"] = env_raw(config, window_secs, repeats)

@@ -53,6 +53,10 @@ STOPPED = re.compile(
     r"trained on (\d+) frames in (\d+) steps; parameter digest (\w+)"
 )
 
+STEP_CHOICE = re.compile(
+    r"rank (\d)/2: batch step .* averaged over the ranks: .*; keeping the (\w+) step"
+)
+
 
 def start_two_worker_sets(start, spawn, flags):
     """Two learners (one mpirun) and one actor process per learner; returns them."""
@@ -100,9 +104,13 @@ def test_two_learners_learn_cartpole_with_identical_weights(start, spawn, tmp_pa
         f"--logdir={logdir}",
         "--total_environment_frames=600000",
     ]
-    figures, _ = train_two_learners_to_the_budget(start, spawn, flags, timeout=900)
+    figures, log = train_two_learners_to_the_budget(start, spawn, flags, timeout=900)
     (global0, own0, _), (global1, own1, _) = figures[0], figures[1]
     assert global0 == global1 == own0 + own1 >= 600000
+    # --xla=auto: both ranks timed both steps and keep the same one (bitwise-equal weights
+    # say so too: the XLA and the plain step round differently).
+    choices = dict(STEP_CHOICE.findall(log))
+    assert sorted(choices) == ["0", "1"] and choices["0"] == choices["1"], log[-4000:]
     returns = [r for _, r in summaries.episode_returns(logdir, "CartPole-v1")]
     assert np.mean(returns[-20:]) > 150, returns[-40:]
 

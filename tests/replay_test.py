@@ -272,7 +272,7 @@ def test_priorities_change_after_a_learner_step():
     optimizer = train_step.make_optimizer(config, tf.Variable(config.learning_rate))
 
     step = tf.function(
-        train_step.make_train_step(agent, optimizer, config, train_step.SingleProcess)
+        train_step.make_train_step(agent, optimizer, config, train_step.SingleProcess, xla=False)
     )
     flat, indexes, weights = memory.sample(8, beta=1.0)
     np.testing.assert_array_equal(weights, 1)  # all entered with the same (max) priority

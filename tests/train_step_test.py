@@ -128,7 +128,7 @@ def test_the_xla_step_updates_as_the_plain_step(agent_name):
         for variable, value in zip(agent.trainable_variables, initial, strict=True):
             variable.assign(value)
         step, _ = train_step.single_process_step(
-            agent, dataclasses.replace(config_lib.Config(), xla=xla)
+            agent, dataclasses.replace(config_lib.Config(), xla="on" if xla else "off")
         )
         outputs, priorities = train_step.train_in_minibatches(
             step, batch, np.ones(4, np.float32), 2, np.random.default_rng(1)

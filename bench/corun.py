@@ -7,7 +7,8 @@ core busy with the cheapest work; in a system the learner's kernel threads share
 with the actors, and their batch step slows when anything else runs. This measures, in one run:
 
 1. the limit's stages alone: env_raw (bench.stages), inference_best's configuration (batch
-   64, XLA, one kernel thread, in a process of its own) and the learner stage (the batch step
+   64 with and without XLA, the cheaper, one kernel thread, in a process of its own) and the
+   learner stage (the batch step
    as configured, this process, one kernel thread per core); before the variants and again
    after them, the cheaper of the two each (the machine drifts, by 10 % in minutes here);
 2. for each variant, the learner stage again beside --actors model actors: processes at
@@ -17,7 +18,7 @@ with the actors, and their batch step slows when anything else runs. This measur
    what the learner consumed (trained steps / uses, shared among the actors) by one round of
    its games' unrolls (N x T agent steps), as a full queue lets a real actor; then it waits.
    Variants of the model actors' inference:
-     best  the limit's: batch 64 with XLA, once per 64 / N steps of the games
+     best  the limit's: batch 64, with XLA if that was the cheaper, once per 64 / N steps
      own   the actors' own: batch N (--num_envs_per_actor), no XLA, after every step
 
 Each variant's rate is the learner's trained steps/s / uses in agent steps/s, against
@@ -55,9 +56,9 @@ BEST_BATCH = 64  # inference_best's batch on this machine (bench/README.md)
 _THROTTLE_SECS = 0.002
 
 
-def _model_actor(config, variant, index, allowance, produced, ready, start):
+def _model_actor(config, inference, index, allowance, produced, ready, start):
     """A model actor's process: sets ready[index] once warm, then from `start` on acts while
-    produced[index] (its agent steps) <= allowance.value."""
+    produced[index] (its agent steps) <= allowance.value; `inference` = (batch, XLA or not)."""
     os.nice(config.actor_niceness)
     tf.config.threading.set_intra_op_parallelism_threads(1)
     agent, _, num_actions, _ = experiment.build_agent(config)
@@ -68,7 +69,7 @@ def _model_actor(config, variant, index, allowance, produced, ready, start):
     env = environments.ale_vector_env(settings, num_envs, num_threads=1)
     env.reset(seed=config.seed + index)
     rng = np.random.default_rng(config.seed + index)
-    batch, jit = (BEST_BATCH, True) if variant == "best" else (num_envs, False)
+    batch, jit = inference
     act = tf.function(agent.__call__, jit_compile=jit)
     observation = env.step(rng.integers(0, num_actions, num_envs, np.int32))[0]
     # Inference reads frames of the games' shape [batch, H, W, 4]; the games' own frames,
@@ -122,9 +123,11 @@ def _windows(step, steps_per_call):
     return stages.steps_per_second(step, steps_per_call, FLAGS.window_secs, FLAGS.windows)
 
 
-def corun(config, variant, step, steps_per_call, uses):
-    """The learner's `step` beside FLAGS.actors model actors of `variant` -> dict of figures;
-    the actors' cores are the rest of the machine's (nothing else runs)."""
+def corun(config, variant, best_jit, step, steps_per_call, uses):
+    """The learner's `step` beside FLAGS.actors model actors of `variant` (`best`: with XLA
+    as `best_jit` says) -> dict of figures; the actors' cores are the rest of the machine's
+    (nothing else runs)."""
+    inference = (BEST_BATCH, best_jit) if variant == "best" else (config.num_envs_per_actor, False)
     spawn = multiprocessing.get_context("spawn")
     allowance = spawn.Value("d", 0.0, lock=False)
     produced = spawn.Array("d", FLAGS.actors, lock=False)
@@ -133,7 +136,7 @@ def corun(config, variant, step, steps_per_call, uses):
     actors = [
         spawn.Process(
             target=_model_actor,
-            args=(config, variant, i, allowance, produced, ready, start),
+            args=(config, inference, i, allowance, produced, ready, start),
             daemon=True,
         )
         for i in range(FLAGS.actors)
@@ -174,15 +177,17 @@ def corun(config, variant, step, steps_per_call, uses):
 
 
 def _limit_stages(config, step, steps_per_call):
-    """The limit's stages alone -> (env_raw CPU ms per agent step, inference_best's, the
-    learner `step`'s _windows figures)."""
+    """The limit's stages alone -> (env_raw CPU ms per agent step, {XLA or not: inference's at
+    BEST_BATCH}, the learner `step`'s _windows figures)."""
     env_raw = stages.env_raw(config, 2.0, 3)["cpu_ms"]
     spawn = multiprocessing.get_context("spawn")
+    candidates = [(BEST_BATCH, True), (BEST_BATCH, False)]
     with concurrent.futures.ProcessPoolExecutor(1, mp_context=spawn) as process:
-        inference_best = process.submit(
-            stages.inference_with_threads, config, 1, [(BEST_BATCH, True)], 2.0, 3
-        ).result()[(BEST_BATCH, True)]["cpu_ms"]
-    return env_raw, inference_best, _windows(step, steps_per_call)
+        inference = process.submit(
+            stages.inference_with_threads, config, 1, candidates, 2.0, 3
+        ).result()
+    inference = {jit: inference[(BEST_BATCH, jit)]["cpu_ms"] for _, jit in candidates}
+    return env_raw, inference, _windows(step, steps_per_call)
 
 
 def main(argv):
@@ -197,17 +202,22 @@ def main(argv):
     tf.config.threading.set_intra_op_parallelism_threads(os.cpu_count())
     step, steps_per_call = _learner_step(config)
     before = _limit_stages(config, step, steps_per_call)
-    rows = [corun(config, variant, step, steps_per_call, uses) for variant in FLAGS.variants]
+    best_jit = min(before[1], key=before[1].get)  # the model actors' `best` inference
+    rows = [
+        corun(config, variant, best_jit, step, steps_per_call, uses) for variant in FLAGS.variants
+    ]
     after = _limit_stages(config, step, steps_per_call)
     # The cheaper of the two measurements of each stage: a shared machine only slows one down.
-    env_raw, inference_best = min(before[0], after[0]), min(before[1], after[1])
+    env_raw = min(before[0], after[0])
+    inference_best = min(*before[1].values(), *after[1].values())
     alone = min(before[2], after[2], key=lambda figures: figures["cpu_ms"])
     limit = os.cpu_count() * 1e3 / (env_raw + inference_best + uses * alone["cpu_ms"])
+    best_actors = "XLA" if best_jit else "plain"
     print(
         f"stages alone, CPU ms per agent step: env_raw {env_raw:.3f}, inference_best "
-        f"{inference_best:.3f} (batch {BEST_BATCH}, XLA, 1 thread), learner {alone['cpu_ms']:.3f} "
-        f"per trained step ({alone['rate']:.0f} trained steps/s, {alone['cores']:.2f} cores); uses "
-        f"{uses:g}; limit {limit:.0f} agent steps/s"
+        f"{inference_best:.3f} (batch {BEST_BATCH}, 1 thread; the best actors' {best_actors}), "
+        f"learner {alone['cpu_ms']:.3f} per trained step ({alone['rate']:.0f} trained steps/s, "
+        f"{alone['cores']:.2f} cores); uses {uses:g}; limit {limit:.0f} agent steps/s"
     )
     print("variant  agent steps/s  /limit  learner cores  learner ms  actor cores  actor ms")
     for row in rows:
@@ -222,6 +232,7 @@ def main(argv):
             {
                 "env_raw_cpu_ms": env_raw,
                 "inference_best_cpu_ms": inference_best,
+                "inference_best_xla": best_jit,
                 "learner_cpu_ms": alone["cpu_ms"],
                 "learner_alone_trained_steps_per_s": alone["rate"],
                 "uses": uses,

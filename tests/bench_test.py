@@ -64,6 +64,9 @@ def test_the_throughput_benchmark_measures_every_stage_and_the_replay_row(start,
     )
     for stage in ("env", "inference", "learner", "env_raw", "inference_best", "learner_best"):
         assert result["stages"][stage]["rate"] > 0, stage
+        # timed before and after the system: each keeps the cheaper of the two
+        cpu_ms = [result[f"stages_{when}"][stage]["cpu_ms"] for when in ("before", "after")]
+        assert result["stages"][stage]["cpu_ms"] == min(cpu_ms), stage
     with_replay, without = result["system"]
     assert (with_replay["replay_size"], without["replay_size"]) == (64, 0)
     assert (with_replay["uses_per_agent_step"], without["uses_per_agent_step"]) == (4.0, 1.0)

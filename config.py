@@ -181,6 +181,15 @@ class Config:
         lower_bound=0,
         upper_bound=19,
     )
+    learner_realtime: bool = setting(
+        True,
+        "Run the learner's threads (TF's pools, its server's, its prefetcher; not Horovod's) "
+        "under the real-time policy SCHED_FIFO at priority 1, so that actors sharing its host "
+        "run only on the cores it leaves: 1 learner + 2 actors on 2 cores +9 % frames/s "
+        "(bench/README.md). Needs CAP_SYS_NICE (root) and the kernel's real-time throttling "
+        "(which keeps 5 % of each core for other processes); without them the learner says so "
+        "and keeps the normal policy.",
+    )
     checkpoint_secs: int = setting(300, "Seconds between checkpoints.")
     log_secs: int = setting(10, "Seconds between learner log lines.")
     batch_timeout_secs: int = setting(

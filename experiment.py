@@ -31,6 +31,7 @@ import agents
 import checkpointing
 import config as config_lib
 import environments
+import priorities
 import replay
 import transport
 import unrolls
@@ -126,6 +127,7 @@ def train_learner(config):
     from learner import Learner
 
     hvd.init()
+    priorities.raise_learner_priority(config.learner_realtime)  # Horovod's threads stay normal.
     size_kernel_threads(kernel_threads(config, "learner", learners_on_host=hvd.local_size()))
     agent, observation_spec, num_actions, frames_per_step = build_agent(config)
     # Refused before this learner serves anything: a replay memory the host cannot hold.
@@ -137,16 +139,8 @@ def train_learner(config):
     return Learner(config, hvd, agent, link, frames_per_step, FLAGS.actor_hosts).run()
 
 
-def lower_actor_priority(niceness):
-    """Adds `niceness` to this actor's (os.nice) before it starts its TF and environment
-    threads, which inherit it: a learner on the same host, the bottleneck, gets the cores first,
-    and an actor still gets every core that no learner wants."""
-    os.nice(niceness)
-    logging.info("actor: niceness %d", os.getpriority(os.PRIO_PROCESS, 0))
-
-
 def train_actor(config):
-    lower_actor_priority(config.actor_niceness)
+    priorities.lower_actor_priority(config.actor_niceness)
     size_kernel_threads(kernel_threads(config, "actor"))
     own_address = FLAGS.actor_hosts[FLAGS.task] if FLAGS.task < len(FLAGS.actor_hosts) else ""
     tf.random.set_seed(actor_seed(config.seed, own_address))

@@ -11,10 +11,10 @@ and once each has TRIAL_BATCHES timed batches keeps the cheaper for the rest of 
 The choice is made per batch shape (unrolls, minibatches): each step compiles anew for a new
 shape (a learner's batch grows once replay starts), and which is cheaper may differ. A change of
 shape before the choice starts the trial over; a step's first call at a shape (its compilation)
-is not timed. CPU is this process's (all its threads), as the
-benchmarks count it: what the learner's cores cost on a machine whose cores are all busy. The
-ranks of several learners take their steps in lock-step, so they all reach the choice at the
-same batch and take the one of their average medians.
+is not timed. CPU is this process's (all its threads), as the benchmarks count it: what the
+learner's cores cost on a machine whose cores are all busy. The ranks of several learners take
+their steps in lock-step, so they all reach the choice at the same batch and take the one of
+their average medians.
 """
 
 import time

@@ -231,9 +231,13 @@ def measure(config, hvd, agent, observation_spec, num_actions, window_secs, repe
 
     batch = learner_batch(agent, config, observation_spec, num_actions, rng)
     learner = _learner(agent, config, hvd, batch, window_secs, repeats)
+    stages["learner_best"] = min(
+        [dict(learner["plain"], xla=False), dict(learner["xla"], xla=True)],
+        key=lambda s: s["cpu_ms"],
+    )
     # As configured; --xla=auto keeps the cheaper (step_choice.py).
     stages["learner"] = {"on": learner["xla"], "off": learner["plain"]}.get(
-        config.xla, min(learner.values(), key=lambda s: s["cpu_ms"])
+        config.xla, stages["learner_best"]
     )
 
     if environments.atari_id(config.level_name):
@@ -250,10 +254,6 @@ def measure(config, hvd, agent, observation_spec, num_actions, window_secs, repe
             )
     (size, jit, threads), best = min(measured.items(), key=lambda c: c[1]["cpu_ms"])
     stages["inference_best"] = dict(best, batch=size, xla=jit, threads=threads)
-    stages["learner_best"] = min(
-        [dict(learner["plain"], xla=False), dict(learner["xla"], xla=True)],
-        key=lambda s: s["cpu_ms"],
-    )
     return stages
 
 

@@ -5,7 +5,7 @@
 (from the repository root). Every training flag (the fields of config.Config) is accepted and
 forwarded to the workers; defaults: Config's (Pong, SimpleConvNetAgent, B=2 + 6 replayed
 unrolls of T=32, 8 environments per actor). A full run takes ~30 minutes on 2 cores, --quick
-~9 (the stages are timed twice).
+~9-15 (the stages are timed twice).
 
 First each stage alone in this process (bench/stages.py): the project's own stages (env,
 inference, learner) and the raw ones no implementation choice can move (env_raw,

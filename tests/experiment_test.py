@@ -27,6 +27,8 @@ def train_one_learner_two_actors(spawn, logdir, flags, timeout):
     # Each worker sized its TF kernel pool (experiment.kernel_threads): a lone learner takes
     # every core, an actor one thread.
     assert f"learner: {len(os.sched_getaffinity(0))} TF kernel thread(s)" in learner.log()
+    # and ran its threads real-time (priorities.py; the tests run as root)
+    assert "learner: real-time scheduling, SCHED_FIFO priority 1" in learner.log()
     for actor in actors:
         assert actor.wait(timeout=60) == 0, actor.log()[-3000:]
         assert "learner finished training; exiting" in actor.log()

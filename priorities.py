@@ -1,0 +1,69 @@
+"""Who gets a shared host's cores first: the learner, the bottleneck; actors take the rest.
+
+Alone, the default learner's step keeps ~1.8 of 2 cores busy, its threads (TF's kernel and
+inter-op pools) handing work to one another many times per minibatch. Beside any other
+runnable process under the normal policy it loses about twice that process's CPU: a thread it
+wakes finds its core busy and waits for it. Measured (bench/README.md): a spinning process at
+SCHED_IDLE beside the learner's step alone cut its batches per second by 16 %; under SCHED_FIFO
+the step ran as fast beside a spinning process as alone. Hence:
+  - an actor lowers its niceness (--actor_niceness) before it starts its threads;
+  - a learner puts the threads it starts from then on under SCHED_FIFO (--learner_realtime),
+    so that a waking learner thread takes its core at once and actors run on what it leaves.
+"""
+
+import os
+
+from absl import logging
+
+# The kernel's real-time throttling: real-time threads get at most this many microseconds of
+# every sched_rt_period_us (by default 950000 of 1000000) on each core; -1 disables it.
+_RT_RUNTIME_PATH = "/proc/sys/kernel/sched_rt_runtime_us"
+_REALTIME_PRIORITY = 1  # the lowest: above every normal thread, below the kernel's own.
+
+
+def lower_actor_priority(niceness):
+    """Adds `niceness` to this actor's (os.nice) before it starts its TF and environment
+    threads, which inherit it: a learner on the same host gets the cores first, and an actor
+    still gets every core that no learner wants."""
+    os.nice(niceness)
+    logging.info("actor: niceness %d", os.getpriority(os.PRIO_PROCESS, 0))
+
+
+def _realtime_throttled():
+    try:
+        with open(_RT_RUNTIME_PATH) as f:
+            return int(f.read()) > 0
+    except (OSError, ValueError):
+        return False
+
+
+def raise_learner_priority(enabled):
+    """Puts the calling thread, and with it every thread it starts from now on, under
+    SCHED_FIFO at priority 1 (if `enabled`); returns whether it did.
+
+    Call it after hvd.init() and before the first TF op: Horovod's threads, started by
+    hvd.init(), keep the normal policy (its background thread polls with sched_yield while a
+    rank waits for its peers, which under SCHED_FIFO would keep everything normal off that
+    core), while TF's pools, created at the first op, inherit the real-time one. Refused, with
+    a log line saying why, without CAP_SYS_NICE or without the kernel's real-time throttling
+    (which keeps 5 % of every core for normal threads even if a real-time one spins).
+    """
+    if not enabled:
+        return False
+    if not _realtime_throttled():
+        logging.info(
+            "learner: keeps the normal scheduling policy: the kernel's real-time throttling is "
+            "off (%s is not positive), and without it a real-time learner could take every core",
+            _RT_RUNTIME_PATH,
+        )
+        return False
+    try:
+        os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(_REALTIME_PRIORITY))
+    except PermissionError:
+        logging.info(
+            "learner: keeps the normal scheduling policy: SCHED_FIFO needs CAP_SYS_NICE "
+            "(--learner_realtime=false says this is meant)"
+        )
+        return False
+    logging.info("learner: real-time scheduling, SCHED_FIFO priority %d", _REALTIME_PRIORITY)
+    return True

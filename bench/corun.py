@@ -8,9 +8,9 @@ with the actors, and their batch step slows when anything else runs. This measur
 
 1. the limit's stages alone: env_raw (bench.stages), inference_best's configuration (batch
    64 with and without XLA, the cheaper, one kernel thread, in a process of its own) and the
-   learner stage (the batch step
-   as configured, this process, one kernel thread per core); before the variants and again
-   after them, the cheaper of the two each (the machine drifts, by 10 % in minutes here);
+   learner stage (the batch step as configured, this process, one kernel thread per core);
+   before the variants and again after them, the cheaper of the two each (the machine
+   drifts, by 10 % in minutes here);
 2. for each variant, the learner stage again beside --actors model actors: processes at
    --actor_niceness with one kernel thread, each stepping ale-py's AtariVectorEnv
    (--num_envs_per_actor games, random actions) and running the agent's forward pass on its

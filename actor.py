@@ -113,7 +113,7 @@ class Actor:
         core_state = self._agent.initial_state(num_envs)
         parameters, version = self._wait_for_learner()
         logging.info("%s: connected to learner %s", self._name, self._learner_host)
-        unrolls_sent, last_log, steps_at_log = 0, time.monotonic(), 0
+        rounds_sent, last_log, steps_at_log = 0, time.monotonic(), 0
         while True:
             self._load(parameters)
             initial_state = tf.nest.map_structure(np.asarray, core_state)
@@ -145,13 +145,13 @@ class Actor:
                 )
                 parameters, version = self._wait_for_learner()
                 logging.info("%s: reconnected to learner", self._name)
-            unrolls_sent += 1
+            rounds_sent += 1  # one unroll of each environment
             if time.monotonic() - last_log >= self._LOG_EVERY_SECS:
-                steps = unrolls_sent * num_envs * self._config.unroll_length
+                steps = rounds_sent * num_envs * self._config.unroll_length
                 logging.info(
                     "%s: %d unrolls sent, %.0f agent steps/s, parameter version %d",
                     self._name,
-                    unrolls_sent,
+                    rounds_sent * num_envs,
                     (steps - steps_at_log) / (time.monotonic() - last_log),
                     version,
                 )

@@ -8,15 +8,18 @@ with the actors, and their batch step slows when anything else runs. This measur
 
 1. the limit's stages alone: env_raw (bench.stages), inference_best's configuration (batch
    64 with and without XLA, the cheaper, one kernel thread, in a process of its own) and the
-   learner stage (the batch step as configured, this process, one kernel thread per core);
+   learner stage (the batch step as configured, this process, one kernel thread per core,
+   under SCHED_FIFO as a learner's threads run: --learner_realtime, priorities.py);
    before the variants and again after them, the cheaper of the two each (the machine
    drifts, by 10 % in minutes here);
 2. for each variant, the learner stage again beside --actors model actors: processes at
-   --actor_niceness with one kernel thread, each stepping ale-py's AtariVectorEnv
-   (--num_envs_per_actor games, random actions) and running the agent's forward pass on its
-   frames; none of the system's transport, queue or Python loop. Each actor may run ahead of
-   what the learner consumed (trained steps / uses, shared among the actors) by one round of
-   its games' unrolls (N x T agent steps), as a full queue lets a real actor; then it waits.
+   the normal policy and --actor_niceness with one kernel thread, each stepping ale-py's
+   AtariVectorEnv (--num_envs_per_actor games, random actions) and running the agent's
+   forward pass on its frames; none of the system's transport, queue or Python loop. Each
+   actor may run ahead of what the learner consumed (trained steps / uses, shared among the
+   actors) by one round of its games' unrolls (N x T agent steps), as a full queue lets a
+   real actor; then it waits. The learner in turn waits for the agent steps its next step
+   trains on, as on an empty queue.
    Variants of the model actors' inference:
      best  the limit's: batch 64, with XLA if that was the cheaper, once per 64 / N steps
      own   the actors' own: batch N (--num_envs_per_actor), no XLA, after every step
@@ -41,6 +44,7 @@ from absl import app, flags
 import config as config_lib
 import environments
 import experiment
+import priorities
 import train_step
 from bench import stages
 
@@ -52,13 +56,17 @@ config_lib.define_flags()
 FLAGS = flags.FLAGS
 
 BEST_BATCH = 64  # inference_best's batch on this machine (bench/README.md)
-# How long a model actor that is ahead of the learner sleeps before it looks again.
+# How long a model actor that is ahead of the learner (or the learner that is ahead of the
+# actors) sleeps before it looks again.
 _THROTTLE_SECS = 0.002
 
 
 def _model_actor(config, inference, index, allowance, produced, ready, start):
     """A model actor's process: sets ready[index] once warm, then from `start` on acts while
     produced[index] (its agent steps) <= allowance.value; `inference` = (batch, XLA or not)."""
+    # Spawned from the real-time learner stage's process: back to the normal policy, as an
+    # actor of the system runs, before its threads start.
+    os.sched_setscheduler(0, os.SCHED_OTHER, os.sched_param(0))
     os.nice(config.actor_niceness)
     tf.config.threading.set_intra_op_parallelism_threads(1)
     agent, _, num_actions, _ = experiment.build_agent(config)
@@ -154,6 +162,10 @@ def corun(config, variant, best_jit, step, steps_per_call, uses):
 
         def throttled_step():
             nonlocal trained
+            # No step on agent steps not yet acted, as a learner waits on its queue (and a
+            # real-time one would otherwise train on while its actors starve).
+            while sum(produced) < (trained + steps_per_call) / uses:
+                time.sleep(_THROTTLE_SECS)
             step()
             trained += steps_per_call
             allowance.value = trained / uses / FLAGS.actors + slack
@@ -199,6 +211,9 @@ def main(argv):
     if unknown:
         raise app.UsageError(f"--variants: unknown {sorted(unknown)}; choose from best, own")
     uses = stages.uses_per_agent_step(config)
+    # The learner stage's threads, as a learner's (--learner_realtime); every stage alone
+    # runs under it too, where it changes nothing (nothing else runs).
+    realtime = priorities.raise_learner_priority(config.learner_realtime)
     tf.config.threading.set_intra_op_parallelism_threads(os.cpu_count())
     step, steps_per_call = _learner_step(config)
     before = _limit_stages(config, step, steps_per_call)
@@ -217,7 +232,8 @@ def main(argv):
         f"stages alone, CPU ms per agent step: env_raw {env_raw:.3f}, inference_best "
         f"{inference_best:.3f} (batch {BEST_BATCH}, 1 thread; the best actors' {best_actors}), "
         f"learner {alone['cpu_ms']:.3f} per trained step ({alone['rate']:.0f} trained steps/s, "
-        f"{alone['cores']:.2f} cores); uses {uses:g}; limit {limit:.0f} agent steps/s"
+        f"{alone['cores']:.2f} cores, {'SCHED_FIFO' if realtime else 'normal policy'}); uses "
+        f"{uses:g}; limit {limit:.0f} agent steps/s"
     )
     print("variant  agent steps/s  /limit  learner cores  learner ms  actor cores  actor ms")
     for row in rows:
@@ -235,6 +251,7 @@ def main(argv):
                 "inference_best_xla": best_jit,
                 "learner_cpu_ms": alone["cpu_ms"],
                 "learner_alone_trained_steps_per_s": alone["rate"],
+                "learner_realtime": realtime,
                 "uses": uses,
                 "limit": limit,
                 "rows": rows,

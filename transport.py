@@ -22,11 +22,11 @@ import contextlib
 import socket
 import time
 
+import numpy as np
 import tensorflow as tf
 from absl import logging
 
 LEARNER_DEVICE = "/job:learner/task:0/cpu:0"
-_DEQUEUE_POLL_SECS = 0.01
 _ABORTED_ATTEMPTS = 5
 
 
@@ -177,11 +177,17 @@ class Transport:
             self._enqueue = self._queue.enqueue_many(self._unroll_feeds)
             self._batch_size = tf.compat.v1.placeholder(tf.int32, [])
             self._dequeue = self._queue.dequeue_many(self._batch_size)
+            # One unroll (a wait for it may time out and take nothing), then how many others
+            # wait (read after the take): dequeue_many of those cannot block.
+            self._dequeue_one = self._queue.dequeue()
+            with tf.control_dependencies(self._dequeue_one):
+                self._size_after_dequeue_one = self._queue.size()
             self._size = self._queue.size()
-            self._is_closed = self._queue.is_closed()
             self._mark_finished = self._finished.assign(True)
             self._read_finished = self._finished.read_value()
             self._close = self._queue.close(cancel_pending_enqueues=True)
+        # Unrolls (flat lists of [k, ...] arrays) a timed-out dequeue had taken: the next batch's.
+        self._taken = []
         self.session = self._new_session()
 
     def _new_session(self):
@@ -194,7 +200,7 @@ class Transport:
 
     # Learner side.
 
-    def _run_learner_op(self, fetches, feed_dict=None):
+    def _run_learner_op(self, fetches, feed_dict=None, options=None):
         """session.run of a learner operation, retried when the request was delivered twice.
 
         Under heavy CPU load gRPC can deliver one request twice; the TF server then rejects
@@ -205,7 +211,7 @@ class Transport:
         """
         for attempt in range(1, _ABORTED_ATTEMPTS + 1):
             try:
-                return self.session.run(fetches, feed_dict)
+                return self.session.run(fetches, feed_dict, options=options)
             except (tf.errors.AbortedError, ValueError) as e:
                 aborted = _aborted_error(e)
                 if aborted is None or attempt == _ABORTED_ATTEMPTS:
@@ -231,22 +237,31 @@ class Transport:
         """[batch_size, ...] flat list of numpy arrays; raises DeadlineExceededError on timeout
         and OutOfRangeError once the queue is closed (and holds no whole batch).
 
-        Waits until the queue holds a whole batch and only then dequeues: a dequeue_many that
-        times out drops the unrolls it had already taken. Assumes one consumer (the learner).
+        Waits in TF for one unroll at a time, then takes the others already queued at once:
+        no polling, and a wait that times out takes nothing (a dequeue_many that times out
+        drops the unrolls it had taken). Unrolls taken before a timeout stay for the next
+        call. Assumes one consumer (the learner).
         """
         deadline = time.monotonic() + timeout_ms / 1000
-        while True:
-            size, closed = self._run_learner_op([self._size, self._is_closed])
-            if size >= batch_size:
-                break
-            if closed:
-                raise tf.errors.OutOfRangeError(None, None, "the unroll queue is closed")
-            if time.monotonic() >= deadline:
+        taken = sum(len(part[0]) for part in self._taken)
+        while taken < batch_size:
+            wait_ms = int(1000 * (deadline - time.monotonic()))
+            if wait_ms <= 0:
                 raise tf.errors.DeadlineExceededError(
                     None, None, f"fewer than {batch_size} unrolls queued after {timeout_ms} ms"
                 )
-            time.sleep(_DEQUEUE_POLL_SECS)
-        return self._run_learner_op(self._dequeue, {self._batch_size: batch_size})
+            one, waiting = self._run_learner_op(
+                (self._dequeue_one, self._size_after_dequeue_one),
+                options=tf.compat.v1.RunOptions(timeout_in_ms=wait_ms),
+            )
+            self._taken.append([array[np.newaxis] for array in one])
+            taken += 1
+            more = min(int(waiting), batch_size - taken)
+            if more:
+                self._taken.append(self._run_learner_op(self._dequeue, {self._batch_size: more}))
+                taken += more
+        parts, self._taken = self._taken, []
+        return [np.concatenate(arrays) for arrays in zip(*parts, strict=True)]
 
     def queue_size(self):
         return int(self._run_learner_op(self._size))

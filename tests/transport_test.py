@@ -45,9 +45,16 @@ def test_parameters_and_unrolls_cross_between_processes_roles(learner_and_actor)
     np.testing.assert_array_equal(batch.reward, np.concatenate([first.reward, second.reward[:1]]))
     assert learner.queue_size() == 1
 
-    with pytest.raises(tf.errors.DeadlineExceededError):
-        learner.dequeue(4, timeout_ms=200)  # only one unroll left: the dequeue times out
-    assert learner.queue_size() == 1  # and the timed-out dequeue lost nothing
+    for _ in range(3):  # one unroll left: each wait for the rest times out...
+        with pytest.raises(tf.errors.DeadlineExceededError):
+            learner.dequeue(4, timeout_ms=200)
+    third = unrolls(3, 200)
+    actor.enqueue(tf.nest.flatten(third))
+    batch = UNROLL_SPEC.pack(learner.dequeue(4, timeout_ms=5000))
+    np.testing.assert_array_equal(  # ...and loses nothing: the next batch starts with it
+        batch.observation, np.concatenate([second.observation[1:], third.observation])
+    )
+    assert learner.queue_size() == 0
 
     assert not actor.training_finished()
     learner.finish()
@@ -87,7 +94,7 @@ class _DeliveredTwice:
         self.failures = failures
         self._message = message
 
-    def run(self, fetches, feed_dict=None):
+    def run(self, fetches, feed_dict=None, options=None):
         if self.failures:
             self.failures -= 1
 
@@ -95,7 +102,7 @@ class _DeliveredTwice:
                 raise tf.errors.AbortedError(None, None, self._message)
 
             return self._session._do_call(deliver_twice)
-        return self._session.run(fetches, feed_dict)
+        return self._session.run(fetches, feed_dict, options=options)
 
 
 def test_learner_retries_a_request_the_server_saw_twice(learner_and_actor):

@@ -17,11 +17,16 @@ import sys
 
 import allocator
 
+if __name__ == "__main__":
+    # A worker: tcmalloc, by re-executing itself before TF is imported (allocator.py).
+    allocator.use_tcmalloc()
+else:
+    # An importer (benchmarks, tests) reuses freed tensors' memory at least; the benchmarks
+    # that time the workers' stages call use_tcmalloc themselves.
+    allocator.keep_freed_memory()
+
 # TF's C++ INFO/WARNING lines (e.g. one per timed-out dequeue) drown the training log.
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-# Every process that imports this module (the workers, the benchmarks) reuses freed tensors'
-# memory instead of faulting fresh pages in at every step.
-allocator.keep_freed_memory()
 
 import numpy as np  # After the environment variable above, which TF reads once.
 import tensorflow as tf
@@ -196,6 +201,10 @@ def evaluate(config):
 def main(argv):
     del argv
     config = config_lib.from_flags(FLAGS)
+    logging.info(
+        "memory allocator: %s",
+        "tcmalloc" if allocator.tcmalloc_loaded() else "glibc's malloc, keeping freed memory",
+    )
     try:
         if FLAGS.mode == "test":
             return evaluate(config)

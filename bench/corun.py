@@ -31,6 +31,12 @@ these cores, `own` what the actors' inference batch costs of that. Printed: a ta
 one JSON line.
 """
 
+import allocator
+
+if __name__ == "__main__":
+    # The stages are timed on the workers' allocator (allocator.py): re-executes at once.
+    allocator.use_tcmalloc()
+
 import concurrent.futures
 import json
 import multiprocessing

@@ -18,7 +18,8 @@ VENV_DIR="${IMPALA_VENV_DIR:-$REPO_DIR/.venv}"
 HOROVOD_VERSION=0.28.1
 GPU="${IMPALA_GPU:-0}"
 APT_PACKAGES=(python3 python3-venv python3-dev g++ make cmake openmpi-bin libopenmpi-dev
-              tmux openssh-client openssh-server iproute2 procps psmisc ca-certificates)
+              tmux openssh-client openssh-server iproute2 procps psmisc ca-certificates
+              libtcmalloc-minimal4)
 
 step() { echo "[setup $(date +%H:%M:%S)] $*"; }
 die() { echo "[setup] ERROR: $*" >&2; exit 1; }

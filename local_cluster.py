@@ -195,6 +195,19 @@ class WorkerSets:
     def actor_processes(self):
         return [p for actor in self.actors for p in experiment_processes(actor.popen.pid)]
 
+    def pause(self):
+        """Stops every worker (SIGSTOP; mpirun itself runs on): none runs until resume(). A
+        benchmark times other work on the same cores in between."""
+        self._signal_workers(signal.SIGSTOP)
+
+    def resume(self):
+        self._signal_workers(signal.SIGCONT)
+
+    def _signal_workers(self, signum):
+        for process in [*self.learner_processes(), *self.actor_processes()]:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                process.send_signal(signum)
+
     def close(self):
         """Kills every process group, then any rank that left mpirun's group."""
         started = [p for p in [*self.actors, self.learners] if p is not None]

@@ -107,13 +107,20 @@ def steps_per_second_in_turn(steps, steps_per_call, window_secs, repeats):
     }
 
 
+# tf.function of each (agent, XLA or not), traced once per batch: stages timed again and again
+# (LimitStages) are not traced again.
+_inference_functions = {}
+
+
 def _env_output(env_output, batch):
     """The first env output's arrays tiled to `batch` environments (inference inputs)."""
     return tf.nest.map_structure(lambda x: np.resize(x, (batch, *np.shape(x)[1:])), env_output)
 
 
 def _inference(agent, env_output, batch, jit_compile, window_secs, repeats):
-    act = tf.function(agent.__call__, jit_compile=jit_compile)
+    act = _inference_functions.setdefault(
+        (id(agent), jit_compile), tf.function(agent.__call__, jit_compile=jit_compile)
+    )
     inputs = _env_output(env_output, batch)
     state = {"action": np.zeros([batch], np.int32), "core": agent.initial_state(batch)}
 
@@ -255,6 +262,114 @@ def measure(config, hvd, agent, observation_spec, num_actions, window_secs, repe
     (size, jit, threads), best = min(measured.items(), key=lambda c: c[1]["cpu_ms"])
     stages["inference_best"] = dict(best, batch=size, xla=jit, threads=threads)
     return stages
+
+
+class LimitStages:
+    """The limit's stages at the configurations `measure` chose for them, kept ready to be timed
+    again and again (bench.throughput's paired rounds, each beside a window of the system).
+
+    Args:
+      config, hvd, agent: as for `measure` (the learner stage trains `agent`'s variables).
+      observation_spec, num_actions: of `config`'s environment.
+      chosen: `measure`'s result: inference_best's batch, XLA and threads, learner_best's XLA.
+    """
+
+    def __init__(self, config, hvd, agent, observation_spec, num_actions, chosen):
+        self._config = config
+        rng = np.random.default_rng(config.seed)
+        if environments.atari_id(config.level_name):
+            settings = environments.AtariSettings(
+                config.level_name, False, config.width, config.height, config.sticky_actions
+            )
+            self._env = environments.ale_vector_env(
+                settings, config.num_envs_per_actor, num_threads=os.cpu_count()
+            )
+            self._env.reset(seed=config.seed)
+            num_envs = config.num_envs_per_actor
+            self._env_step = lambda: self._env.step(
+                rng.integers(0, num_actions, num_envs, np.int32)
+            )
+        else:  # as `measure`: the env stage stands in for env_raw
+            self._env = create_env(config, "bench")
+            self._env.initial()
+            self._env_step = lambda: self._env.step(
+                rng.integers(0, num_actions, config.num_envs_per_actor)
+            )
+        best = chosen["inference_best"]
+        self._inference = (best["batch"], best["xla"], best["threads"])
+        # An inference with other kernel threads than this process's runs in a child of its own.
+        self._child = None
+        if best["threads"] != os.cpu_count():
+            spawn = multiprocessing.get_context("spawn")
+            self._child = concurrent.futures.ProcessPoolExecutor(1, mp_context=spawn)
+        batch = learner_batch(agent, config, observation_spec, num_actions, rng)
+        weights = np.ones(len(batch.parameter_version), np.float32)
+        optimizer = train_step.make_optimizer(config, tf.Variable(config.learning_rate))
+        train_step.create_optimizer_state(optimizer, agent)
+        xla = "on" if chosen["learner_best"]["xla"] else "off"
+        function = train_step.make_batch_step(
+            agent, optimizer, dataclasses.replace(config, xla=xla), hvd
+        )
+        self._learner_step = functools.partial(
+            train_step.train_in_minibatches, function, batch, weights, config.minibatches, rng
+        )
+        self._trained_per_step = weights.size * config.unroll_length
+
+    def time(self, window_secs):
+        """{stage: CPU ms per agent step} of env_raw, inference_best and learner_best, each over
+        one window after a warm-up one (the system that ran before left the caches cold)."""
+        figures = {
+            "env_raw": steps_per_second(
+                self._env_step, self._config.num_envs_per_actor, window_secs, 1
+            )
+        }
+        if self._child is None:
+            figures["inference_best"] = _timed_inference(
+                self._config, None, *self._inference[:2], window_secs
+            )
+        else:
+            figures["inference_best"] = self._child.submit(
+                _timed_inference,
+                self._config,
+                self._inference[2],
+                *self._inference[:2],
+                window_secs,
+            ).result()
+        figures["learner_best"] = steps_per_second(
+            self._learner_step, self._trained_per_step, window_secs, 1
+        )
+        return {stage: figures[stage]["cpu_ms"] for stage in figures}
+
+    def close(self):
+        self._env.close()
+        if self._child is not None:
+            self._child.shutdown()
+
+
+# The agent and inputs of _timed_inference, built once per process.
+_inference_state = {}
+
+
+def _timed_inference(config, threads, batch, jit_compile, window_secs):
+    """_inference's figures of one window (after a warm-up one); the first call in a process
+    sets its kernel threads (None: as they are) and builds the agent, later calls reuse it."""
+    if not _inference_state:
+        if threads is not None:
+            tf.config.threading.set_intra_op_parallelism_threads(threads)
+        agent, _, _, _ = experiment.build_agent(config)
+        env = create_env(config, "bench")
+        try:
+            _inference_state.update(agent=agent, env_output=env.initial())
+        finally:
+            env.close()
+    return _inference(
+        _inference_state["agent"],
+        _inference_state["env_output"],
+        batch,
+        jit_compile,
+        window_secs,
+        1,
+    )
 
 
 def cheaper_of(first, second):

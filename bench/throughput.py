@@ -60,12 +60,19 @@ flags.DEFINE_integer(
 )
 flags.DEFINE_float("replay_row_ratio", 1.0, "... and this --replay_ratio.")
 flags.DEFINE_bool("quick", False, "Short run: fewer repeats, shorter windows, default row only.")
+
+flags.DEFINE_integer(
+    "rounds", None, "Paired rounds per row (default: 8, quick: 6): limit stages, system window."
+)
 FLAGS = flags.FLAGS
 
-# (seconds per stage window, stage repeats, system warm-up seconds, system window seconds)
-FULL = (5.0, 5, 30, 60)
-QUICK = (2.0, 3, 15, 20)
+# (seconds per stage window, stage repeats, system warm-up seconds, system window seconds,
+#  paired rounds, seconds of a paired round's system window)
+FULL = (5.0, 5, 30, 60, 8, 16)
+QUICK = (2.0, 3, 15, 20, 6, 12)
 LOG_SECS = 2  # The learner's log interval: the resolution of the system window.
+# After a paired round's stages, the resumed system runs this long before its window opens.
+SETTLE_SECS = 3
 STARTUP_TIMEOUT_SECS = 600
 
 
@@ -87,11 +94,64 @@ def progress_points(log):
     ]
 
 
+def rate_between(log, start, end):
+    """Global frames/s of rank 0's progress lines logged from `start` to `end` (unix times);
+    None if fewer than two lines fall in between."""
+    points = [p for p in progress_points(log) if start <= p[0] <= end]
+    if len(points) < 2:
+        return None
+    return (points[-1][1] - points[0][1]) / (points[-1][0] - points[0][0])
+
+
+def paired_rounds(workers, limit_stages, uses, frames_per_step, rounds, window_secs):
+    """`rounds` rounds, each: the system paused while the limit's stages are timed (one window
+    each), then the system alone for `window_secs` -> [dict per round: the stages' CPU ms per
+    agent step, the round's limit, the system's agent steps/s and its ratio to that limit].
+
+    The machine's speed drifts by up to ~40 % within a minute here (the learner's step alone,
+    bench/README.md), so a ratio of a system window to stages timed minutes away moves with
+    it; a round's stages and its system window are seconds apart."""
+    results = []
+    for _ in range(rounds):
+        workers.pause()
+        try:
+            stage_ms = limit_stages.time(window_secs / 4)
+        finally:
+            workers.resume()
+        time.sleep(SETTLE_SECS)
+        start = time.time()
+        time.sleep(window_secs)
+        frames_per_second = rate_between(workers.learner_log(), start, time.time())
+        workers.check_running()
+        if frames_per_second is None:
+            raise RuntimeError(f"fewer than two progress lines in a {window_secs} s window")
+        cpu_ms = stage_ms["env_raw"] + stage_ms["inference_best"] + uses * stage_ms["learner_best"]
+        limit = 1e3 * os.cpu_count() / cpu_ms
+        steps_per_second = frames_per_second / frames_per_step
+        results.append(
+            dict(
+                stage_ms,
+                limit=limit,
+                agent_steps_per_s=steps_per_second,
+                over_limit=steps_per_second / limit,
+            )
+        )
+    return results
+
+
 def measure_system(
-    config, num_learners, num_actors, frames_per_step, warmup_secs, window_secs, run_dir
+    config,
+    num_learners,
+    num_actors,
+    frames_per_step,
+    warmup_secs,
+    window_secs,
+    run_dir,
+    paired=None,
 ):
     """Runs the real system; its agent steps/s over the window, CPU use, peak RSS and PSS (the
-    largest learner's and actor's, and the total of all workers)."""
+    largest learner's and actor's, and the total of all workers); then, with `paired` =
+    (LimitStages, uses, rounds, window seconds), its `paired_rounds`."""
     load_average = cluster.wait_for_quiet_machine()
     flag_args = cluster.worker_flags(
         config,
@@ -126,6 +186,12 @@ def measure_system(
                 raise RuntimeError(f"no learner progress in {STARTUP_TIMEOUT_SECS} s: {run_dir}")
             time.sleep(1)
         points = progress_points(workers.learner_log())
+        rounds = []
+        if paired is not None:
+            limit_stages, uses, num_rounds, round_secs = paired
+            rounds = paired_rounds(
+                workers, limit_stages, uses, frames_per_step, num_rounds, round_secs
+            )
     first = [p for p in points if p[0] <= start][-1]
     last = [p for p in later if p[0] <= end][-1] if later[0][0] <= end else later[0]
     (t0, frames0, _), (t1, frames1, _) = first, last
@@ -157,6 +223,10 @@ def measure_system(
         "learner_pss_mb": max(learner_pss),
         "actor_pss_mb": max(actor_pss),
         "total_pss_mb": sum(learner_pss) + sum(actor_pss),
+        "paired_rounds": rounds,
+        "paired_over_limit": float(np.median([r["over_limit"] for r in rounds]))
+        if rounds
+        else None,
     }
 
 
@@ -180,12 +250,37 @@ def print_stage(name, stage):
     )
 
 
+def print_paired_rounds(results):
+    """Each row's paired rounds, then the median of their ratios."""
+    for r in results:
+        if not r["paired_rounds"]:
+            continue
+        replay_column = f"{r['replay_size']}x{r['replay_ratio']:g}" if r["replay_size"] else "off"
+        print(
+            f"\npaired rounds, {r['learners']} learner(s), {r['actors']} actors, replay "
+            f"{replay_column}: the limit's stages timed with the system paused, then the "
+            "system's window\n"
+            f"  {'round':>5}{'env_raw':>9}{'inference_best':>16}{'learner_best':>14}"
+            f"{'limit':>7}{'steps/s':>9}{'/limit':>8}"
+        )
+        for index, round_ in enumerate(r["paired_rounds"]):
+            print(
+                f"  {index:>5}{round_['env_raw']:>9.3f}{round_['inference_best']:>16.3f}"
+                f"{round_['learner_best']:>14.3f}{round_['limit']:>7.0f}"
+                f"{round_['agent_steps_per_s']:>9.0f}{round_['over_limit']:>8.2f}"
+            )
+        print(f"  median /limit {r['paired_over_limit']:.2f}")
+
+
 def main(argv):
     del argv
     hvd.init()  # one rank: the learner's train step runs without mpirun
     local_cluster.exit_cleanly_on_termination()
     config = config_lib.from_flags(FLAGS)
-    stage_secs, repeats, warmup_secs, window_secs = QUICK if FLAGS.quick else FULL
+    stage_secs, repeats, warmup_secs, window_secs, rounds, round_secs = (
+        QUICK if FLAGS.quick else FULL
+    )
+    rounds = FLAGS.rounds if FLAGS.rounds is not None else rounds
     work_dir = tempfile.mkdtemp(prefix="impala_bench_throughput_")  # kept: the workers' logs
     print(f"logs and summaries in {work_dir}", flush=True)
     agent, observation_spec, num_actions, frames_per_step = build_agent(config)
@@ -203,18 +298,36 @@ def main(argv):
     )
     rows = [(config, *row) for row in table_rows()]
     rows.insert(1, (replay_row_config, FLAGS.learners, FLAGS.actors))  # beside the default row
-    results = [
-        measure_system(
-            row_config,
-            learners,
-            actors,
-            frames_per_step,
-            warmup_secs,
-            window_secs,
-            os.path.join(work_dir, f"system_{learners}l_{actors}a_replay{row_config.replay_size}"),
-        )
-        for row_config, learners, actors in rows
-    ]
+    # The limit's stages as chosen above, timed again beside each window of the default row and
+    # its twin (the paired rounds).
+    limit_stages = stages_lib.LimitStages(
+        config, hvd, agent, observation_spec, num_actions, stages_before
+    )
+    try:
+        results = [
+            measure_system(
+                row_config,
+                learners,
+                actors,
+                frames_per_step,
+                warmup_secs,
+                window_secs,
+                os.path.join(
+                    work_dir, f"system_{learners}l_{actors}a_replay{row_config.replay_size}"
+                ),
+                paired=(
+                    limit_stages,
+                    stages_lib.uses_per_agent_step(row_config),
+                    rounds,
+                    round_secs,
+                )
+                if index < 2 and rounds
+                else None,
+            )
+            for index, (row_config, learners, actors) in enumerate(rows)
+        ]
+    finally:
+        limit_stages.close()
     # This machine's speed drifts by up to ~20 % within minutes (bench/README.md): the stages
     # are timed again after the system and each keeps the cheaper of its two measurements, so
     # the limit is the fastest the machine was seen to run them around the system's windows.
@@ -266,6 +379,7 @@ def main(argv):
             f"{r['learner_peak_rss_mb']:>15.0f}MB{r['actor_peak_rss_mb']:>13.0f}MB"
             f"{r['learner_pss_mb']:>10.0f}MB{r['actor_pss_mb']:>8.0f}MB{r['total_pss_mb']:>8.0f}MB"
         )
+    print_paired_rounds(results)
     config = {
         "level_name": FLAGS.level_name,
         "agent_name": FLAGS.agent_name,

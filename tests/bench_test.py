@@ -3,6 +3,7 @@ SIGTERM or SIGHUP leaves no worker running."""
 
 import contextlib
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -60,7 +61,7 @@ def test_the_throughput_benchmark_measures_every_stage_and_the_replay_row(start,
         start,
         "bench.throughput",
         ["--quick", "--level_name=CartPole-v1", "--agent_name=MLPAgent", "--batch_size=4"]
-        + ["--max_load=1000"],
+        + ["--max_load=1000", "--rounds=2"],
     )
     for stage in ("env", "inference", "learner", "env_raw", "inference_best", "learner_best"):
         assert result["stages"][stage]["rate"] > 0, stage
@@ -76,6 +77,18 @@ def test_the_throughput_benchmark_measures_every_stage_and_the_replay_row(start,
         assert row["agent_steps_per_s"] > 0 and row["learner_steps_per_s"] > 0, row
         assert row["learner_peak_rss_mb"] > 0 and row["learner_pss_mb"] > 0, row
         assert row["total_pss_mb"] >= row["learner_pss_mb"] + row["actor_pss_mb"], row
+        # Paired rounds: the limit's stages timed while the system was paused, then its window.
+        assert len(row["paired_rounds"]) == 2, row
+        for round_ in row["paired_rounds"]:
+            stage_ms = [round_[stage] for stage in ("env_raw", "inference_best", "learner_best")]
+            assert min(stage_ms) > 0 and round_["agent_steps_per_s"] > 0, round_
+            cpu_ms = stage_ms[0] + stage_ms[1] + row["uses_per_agent_step"] * stage_ms[2]
+            assert round_["limit"] == pytest.approx(1e3 * os.cpu_count() / cpu_ms), round_
+            assert round_["over_limit"] == pytest.approx(
+                round_["agent_steps_per_s"] / round_["limit"]
+            )
+        ratios = sorted(round_["over_limit"] for round_ in row["paired_rounds"])
+        assert row["paired_over_limit"] == pytest.approx(sum(ratios) / 2), row
 
 
 def test_the_corun_benchmark_runs_the_learner_beside_both_kinds_of_model_actors(start):

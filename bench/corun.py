@@ -74,7 +74,7 @@ def _model_actor(config, inference, index, allowance, produced, ready, start):
     # actor of the system runs, before its threads start.
     os.sched_setscheduler(0, os.SCHED_OTHER, os.sched_param(0))
     priorities.lower_actor_priority(config.actor_niceness)
-    tf.config.threading.set_intra_op_parallelism_threads(1)
+    stages.size_thread_pools(stages.actor_thread_pools(config))
     agent, _, num_actions, _ = experiment.build_agent(config)
     settings = environments.AtariSettings(
         config.level_name, False, config.width, config.height, config.sticky_actions
@@ -202,7 +202,12 @@ def _limit_stages(config, step, steps_per_call):
     candidates = [(BEST_BATCH, True), (BEST_BATCH, False)]
     with concurrent.futures.ProcessPoolExecutor(1, mp_context=spawn) as process:
         inference = process.submit(
-            stages.inference_with_threads, config, 1, candidates, 2.0, 3
+            stages.inference_with_threads,
+            config,
+            stages.actor_thread_pools(config),
+            candidates,
+            2.0,
+            3,
         ).result()
     inference = {jit: inference[(BEST_BATCH, jit)]["cpu_ms"] for _, jit in candidates}
     return env_raw, inference, _windows(step, steps_per_call)
@@ -236,7 +241,8 @@ def main(argv):
     best_actors = "XLA" if best_jit else "plain"
     print(
         f"stages alone, CPU ms per agent step: env_raw {env_raw:.3f}, inference_best "
-        f"{inference_best:.3f} (batch {BEST_BATCH}, 1 thread; the best actors' {best_actors}), "
+        f"{inference_best:.3f} (batch {BEST_BATCH}, an actor's thread pools; the best actors' "
+        f"{best_actors}), "
         f"learner {alone['cpu_ms']:.3f} per trained step ({alone['rate']:.0f} trained steps/s, "
         f"{alone['cores']:.2f} cores, {'SCHED_FIFO' if realtime else 'normal policy'}); uses "
         f"{uses:g}; limit {limit:.0f} agent steps/s"

@@ -5,7 +5,7 @@ Two sets, measured in the same run (bench/throughput.py prints both):
     env             the actors' vector environment (actor.create_env), random actions;
     inference       tf.function(agent.__call__) at batch --num_envs_per_actor, outputs to
                     numpy, as the actor calls it (in a process of its own, with an actor's
-                    kernel threads: experiment.kernel_threads);
+                    TF thread pools: experiment.kernel_threads, scheduling_threads);
     learner         the learner's batch step (train_step.train_batch) on a synthetic batch as
                     the configuration trains it: B + round(B x replay ratio) unrolls of T
                     steps (B without replay), numpy arrays as dequeued, in --minibatches
@@ -15,8 +15,8 @@ Two sets, measured in the same run (bench/throughput.py prints both):
                     num_threads = cores, random actions, no wrapper of ours); for other
                     environments, the env stage;
     inference_best  the agent's forward pass, outputs to numpy, at the cheapest of batch
-                    8/16/32/64, with and without XLA, with an actor's kernel threads and with
-                    one per core;
+                    8/16/32/64, with and without XLA, with an actor's thread pools and with
+                    one kernel thread per core (TF's default scheduling pool);
     learner_best    the learner stage, the cheaper of with and without XLA (the two measured
                     in turn, window by window).
 Each stage gives steps/s (best window) and CPU ms per step (all this process's threads): agent
@@ -47,6 +47,8 @@ import unrolls
 from actor import create_env
 
 INFERENCE_BATCHES = (8, 16, 32, 64)
+# This process's TF thread pools: one kernel thread per core, TF's default scheduling pool.
+DEFAULT_POOLS = (os.cpu_count(), 0)
 
 
 def cpu_seconds(processes):
@@ -131,10 +133,22 @@ def _inference(agent, env_output, batch, jit_compile, window_secs, repeats):
     return steps_per_second(inference_step, batch, window_secs, repeats)
 
 
-def inference_with_threads(config, threads, candidates, window_secs, repeats):
-    """{(batch, jit_compile): _inference's figures} of `candidates`, timed with `threads` kernel
-    threads. Run it in a fresh process: TF fixes its thread pool when it starts."""
-    tf.config.threading.set_intra_op_parallelism_threads(threads)
+def size_thread_pools(pools):
+    """Sizes this process's TF pools, `pools` = (kernel threads, scheduling threads; 0: TF's
+    default); before its first TF op (TF fixes its pools when it starts)."""
+    tf.config.threading.set_intra_op_parallelism_threads(pools[0])
+    tf.config.threading.set_inter_op_parallelism_threads(pools[1])
+
+
+def actor_thread_pools(config):
+    """(kernel threads, scheduling threads) of an actor of `config`, as experiment.py sizes them."""
+    return experiment.kernel_threads(config, "actor"), experiment.scheduling_threads("actor")
+
+
+def inference_with_threads(config, pools, candidates, window_secs, repeats):
+    """{(batch, jit_compile): _inference's figures} of `candidates`, timed with TF's thread
+    `pools` (see size_thread_pools). Run it in a fresh process."""
+    size_thread_pools(pools)
     agent, _, _, _ = experiment.build_agent(config)
     env = create_env(config, "bench")
     try:
@@ -223,13 +237,13 @@ def measure(config, hvd, agent, observation_spec, num_actions, window_secs, repe
         env.close()
     own_inference = (config.num_envs_per_actor, False)  # the actor's batch, no XLA
     candidates = [(size, jit) for size in INFERENCE_BATCHES for jit in (False, True)]
-    actor_threads = experiment.kernel_threads(config, "actor")
+    actor_pools = actor_thread_pools(config)
     spawn = multiprocessing.get_context("spawn")
     with concurrent.futures.ProcessPoolExecutor(1, mp_context=spawn) as actor_process:
         in_actor_pool = actor_process.submit(
             inference_with_threads,
             config,
-            actor_threads,
+            actor_pools,
             [own_inference, *(c for c in candidates if c != own_inference)],
             window_secs,
             repeats,
@@ -251,16 +265,18 @@ def measure(config, hvd, agent, observation_spec, num_actions, window_secs, repe
         stages["env_raw"] = env_raw(config, window_secs, repeats)
     else:
         stages["env_raw"] = dict(stages["env"], note="not Atari: the env stage")
-    # The same candidates with this process's pool, one thread per core (unless an actor's
-    # pool is that already).
-    measured = {(*c, actor_threads): figures for c, figures in in_actor_pool.items()}
-    if actor_threads != os.cpu_count():
+    # The same candidates with this process's pools, one kernel thread per core (unless an
+    # actor's pools are those already).
+    measured = {(*c, actor_pools): figures for c, figures in in_actor_pool.items()}
+    if actor_pools != DEFAULT_POOLS:
         for size, jit in candidates:
-            measured[(size, jit, os.cpu_count())] = _inference(
+            measured[(size, jit, DEFAULT_POOLS)] = _inference(
                 agent, env_output, size, jit, window_secs, repeats
             )
-    (size, jit, threads), best = min(measured.items(), key=lambda c: c[1]["cpu_ms"])
-    stages["inference_best"] = dict(best, batch=size, xla=jit, threads=threads)
+    (size, jit, pools), best = min(measured.items(), key=lambda c: c[1]["cpu_ms"])
+    stages["inference_best"] = dict(
+        best, batch=size, xla=jit, threads=pools[0], scheduling_threads=pools[1]
+    )
     return stages
 
 
@@ -271,7 +287,8 @@ class LimitStages:
     Args:
       config, hvd, agent: as for `measure` (the learner stage trains `agent`'s variables).
       observation_spec, num_actions: of `config`'s environment.
-      chosen: `measure`'s result: inference_best's batch, XLA and threads, learner_best's XLA.
+      chosen: `measure`'s result: inference_best's batch, XLA and thread pools, learner_best's
+        XLA.
     """
 
     def __init__(self, config, hvd, agent, observation_spec, num_actions, chosen):
@@ -296,10 +313,14 @@ class LimitStages:
                 rng.integers(0, num_actions, config.num_envs_per_actor)
             )
         best = chosen["inference_best"]
-        self._inference = (best["batch"], best["xla"], best["threads"])
-        # An inference with other kernel threads than this process's runs in a child of its own.
+        self._inference = (
+            best["batch"],
+            best["xla"],
+            (best["threads"], best["scheduling_threads"]),
+        )
+        # An inference with other thread pools than this process's runs in a child of its own.
         self._child = None
-        if best["threads"] != os.cpu_count():
+        if self._inference[2] != DEFAULT_POOLS:
             spawn = multiprocessing.get_context("spawn")
             self._child = concurrent.futures.ProcessPoolExecutor(1, mp_context=spawn)
         batch = learner_batch(agent, config, observation_spec, num_actions, rng)
@@ -350,12 +371,12 @@ class LimitStages:
 _inference_state = {}
 
 
-def _timed_inference(config, threads, batch, jit_compile, window_secs):
+def _timed_inference(config, pools, batch, jit_compile, window_secs):
     """_inference's figures of one window (after a warm-up one); the first call in a process
-    sets its kernel threads (None: as they are) and builds the agent, later calls reuse it."""
+    sizes its thread pools (None: as they are) and builds the agent, later calls reuse it."""
     if not _inference_state:
-        if threads is not None:
-            tf.config.threading.set_intra_op_parallelism_threads(threads)
+        if pools is not None:
+            size_thread_pools(pools)
         agent, _, _, _ = experiment.build_agent(config)
         env = create_env(config, "bench")
         try:

@@ -4,8 +4,8 @@
 
 (from the repository root). Every training flag (the fields of config.Config) is accepted and
 forwarded to the workers; defaults: Config's (Pong, SimpleConvNetAgent, B=2 + 6 replayed
-unrolls of T=32, 8 environments per actor). A full run takes ~30 minutes on 2 cores, --quick
-~9-15 (the stages are timed twice).
+unrolls of T=32, 8 environments per actor). A full run takes ~40 minutes on 2 cores, --quick
+~17-18 (the stages are timed twice, and again in each paired round).
 
 First each stage alone in this process (bench/stages.py): the project's own stages (env,
 inference, learner) and the raw ones no implementation choice can move (env_raw,
@@ -242,7 +242,9 @@ def table_rows():
 
 def print_stage(name, stage):
     chosen = ", ".join(
-        f"{key} {stage[key]}" for key in ("batch", "xla", "threads", "note") if key in stage
+        f"{key} {stage[key]}"
+        for key in ("batch", "xla", "threads", "scheduling_threads", "note")
+        if key in stage
     )
     print(
         f"  {name:<16}{stage['rate']:>9.0f}{stage['cpu_ms']:>13.3f}{stage['other_cores']:>13.2f}"

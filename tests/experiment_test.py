@@ -24,15 +24,17 @@ def train_one_learner_two_actors(spawn, logdir, flags, timeout):
     learner = spawn([*flags, "--job_name=learner"], "learner")
     actors = [spawn([*flags, "--job_name=actor", f"--task={j}"], f"actor{j}") for j in range(2)]
     assert learner.wait(timeout=timeout) == 0, learner.log()[-3000:]
-    # Each worker sized its TF kernel pool (experiment.kernel_threads): a lone learner takes
-    # every core, an actor one thread.
-    assert f"learner: {len(os.sched_getaffinity(0))} TF kernel thread(s)" in learner.log()
+    # Each worker sized its TF thread pools (experiment.kernel_threads, scheduling_threads): a
+    # lone learner takes every core for kernels and TF's default scheduling pool, an actor one
+    # thread of each.
+    cores = len(os.sched_getaffinity(0))
+    assert f"learner: {cores} TF kernel thread(s), default TF scheduling" in learner.log()
     # and ran its threads real-time (priorities.py; the tests run as root)
     assert "learner: real-time scheduling, SCHED_FIFO priority 1" in learner.log()
     for actor in actors:
         assert actor.wait(timeout=60) == 0, actor.log()[-3000:]
         assert "learner finished training; exiting" in actor.log()
-        assert "actor: 1 TF kernel thread(s)" in actor.log()
+        assert "actor: 1 TF kernel thread(s), 1 TF scheduling thread(s)" in actor.log()
         # and lowered its priority below the learner's by --actor_niceness (default 10)
         assert f"actor: niceness {min(19, os.nice(0) + 10)}" in actor.log()
     level_name = [f for f in flags if f.startswith("--level_name=")][-1].split("=", 1)[1]

@@ -125,15 +125,21 @@ def scheduling_threads(job_name):
     return 1 if job_name == "actor" else 0
 
 
-def size_thread_pools(kernel_threads, scheduling_threads):
-    """Sizes TF's kernel and scheduling thread pools; before this process's first TF op."""
-    tf.config.threading.set_intra_op_parallelism_threads(kernel_threads)
-    tf.config.threading.set_inter_op_parallelism_threads(scheduling_threads)
+def thread_pools(config, job_name, learners_on_host=1):
+    """(kernel threads, scheduling threads) of a worker: kernel_threads, scheduling_threads."""
+    return kernel_threads(config, job_name, learners_on_host), scheduling_threads(job_name)
+
+
+def size_thread_pools(worker, pools):
+    """Sizes this process's TF kernel and scheduling thread pools to `pools` (thread_pools';
+    0: TF's default) and logs them as `worker`'s; before the process's first TF op."""
+    tf.config.threading.set_intra_op_parallelism_threads(pools[0])
+    tf.config.threading.set_inter_op_parallelism_threads(pools[1])
     logging.info(
         "%s: %d TF kernel thread(s), %s TF scheduling thread(s), %d cores",
-        FLAGS.job_name,
-        kernel_threads,
-        scheduling_threads or "default",
+        worker,
+        pools[0],
+        pools[1] or "default",
         len(os.sched_getaffinity(0)),
     )
 
@@ -145,10 +151,7 @@ def train_learner(config):
 
     hvd.init()
     priorities.raise_learner_priority(config.learner_realtime)  # Horovod's threads stay normal.
-    size_thread_pools(
-        kernel_threads(config, "learner", learners_on_host=hvd.local_size()),
-        scheduling_threads("learner"),
-    )
+    size_thread_pools("learner", thread_pools(config, "learner", hvd.local_size()))
     agent, observation_spec, num_actions, frames_per_step = build_agent(config)
     # Refused before this learner serves anything: a replay memory the host cannot hold.
     replay.check_fits(
@@ -161,7 +164,7 @@ def train_learner(config):
 
 def train_actor(config):
     priorities.lower_actor_priority(config.actor_niceness)
-    size_thread_pools(kernel_threads(config, "actor"), scheduling_threads("actor"))
+    size_thread_pools("actor", thread_pools(config, "actor"))
     own_address = FLAGS.actor_hosts[FLAGS.task] if FLAGS.task < len(FLAGS.actor_hosts) else ""
     tf.random.set_seed(actor_seed(config.seed, own_address))
     agent, observation_spec, num_actions, _ = build_agent(config)

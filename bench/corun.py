@@ -74,7 +74,7 @@ def _model_actor(config, inference, index, allowance, produced, ready, start):
     # actor of the system runs, before its threads start.
     os.sched_setscheduler(0, os.SCHED_OTHER, os.sched_param(0))
     priorities.lower_actor_priority(config.actor_niceness)
-    stages.size_thread_pools(stages.actor_thread_pools(config))
+    experiment.size_thread_pools("model actor", experiment.thread_pools(config, "actor"))
     agent, _, num_actions, _ = experiment.build_agent(config)
     settings = environments.AtariSettings(
         config.level_name, False, config.width, config.height, config.sticky_actions
@@ -204,7 +204,7 @@ def _limit_stages(config, step, steps_per_call):
         inference = process.submit(
             stages.inference_with_threads,
             config,
-            stages.actor_thread_pools(config),
+            experiment.thread_pools(config, "actor"),
             candidates,
             2.0,
             3,

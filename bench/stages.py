@@ -5,7 +5,7 @@ Two sets, measured in the same run (bench/throughput.py prints both):
     env             the actors' vector environment (actor.create_env), random actions;
     inference       tf.function(agent.__call__) at batch --num_envs_per_actor, outputs to
                     numpy, as the actor calls it (in a process of its own, with an actor's
-                    TF thread pools: experiment.kernel_threads, scheduling_threads);
+                    TF thread pools: experiment.thread_pools);
     learner         the learner's batch step (train_step.train_batch) on a synthetic batch as
                     the configuration trains it: B + round(B x replay ratio) unrolls of T
                     steps (B without replay), numpy arrays as dequeued, in --minibatches
@@ -133,22 +133,10 @@ def _inference(agent, env_output, batch, jit_compile, window_secs, repeats):
     return steps_per_second(inference_step, batch, window_secs, repeats)
 
 
-def size_thread_pools(pools):
-    """Sizes this process's TF pools, `pools` = (kernel threads, scheduling threads; 0: TF's
-    default); before its first TF op (TF fixes its pools when it starts)."""
-    tf.config.threading.set_intra_op_parallelism_threads(pools[0])
-    tf.config.threading.set_inter_op_parallelism_threads(pools[1])
-
-
-def actor_thread_pools(config):
-    """(kernel threads, scheduling threads) of an actor of `config`, as experiment.py sizes them."""
-    return experiment.kernel_threads(config, "actor"), experiment.scheduling_threads("actor")
-
-
 def inference_with_threads(config, pools, candidates, window_secs, repeats):
     """{(batch, jit_compile): _inference's figures} of `candidates`, timed with TF's thread
-    `pools` (see size_thread_pools). Run it in a fresh process."""
-    size_thread_pools(pools)
+    `pools` (experiment.thread_pools). Run it in a fresh process."""
+    experiment.size_thread_pools("bench inference", pools)
     agent, _, _, _ = experiment.build_agent(config)
     env = create_env(config, "bench")
     try:
@@ -237,7 +225,7 @@ def measure(config, hvd, agent, observation_spec, num_actions, window_secs, repe
         env.close()
     own_inference = (config.num_envs_per_actor, False)  # the actor's batch, no XLA
     candidates = [(size, jit) for size in INFERENCE_BATCHES for jit in (False, True)]
-    actor_pools = actor_thread_pools(config)
+    actor_pools = experiment.thread_pools(config, "actor")
     spawn = multiprocessing.get_context("spawn")
     with concurrent.futures.ProcessPoolExecutor(1, mp_context=spawn) as actor_process:
         in_actor_pool = actor_process.submit(
@@ -376,7 +364,7 @@ def _timed_inference(config, pools, batch, jit_compile, window_secs):
     sizes its thread pools (None: as they are) and builds the agent, later calls reuse it."""
     if not _inference_state:
         if pools is not None:
-            size_thread_pools(pools)
+            experiment.size_thread_pools("bench inference", pools)
         agent, _, _, _ = experiment.build_agent(config)
         env = create_env(config, "bench")
         try:

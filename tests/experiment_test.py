@@ -24,7 +24,7 @@ def train_one_learner_two_actors(spawn, logdir, flags, timeout):
     learner = spawn([*flags, "--job_name=learner"], "learner")
     actors = [spawn([*flags, "--job_name=actor", f"--task={j}"], f"actor{j}") for j in range(2)]
     assert learner.wait(timeout=timeout) == 0, learner.log()[-3000:]
-    # Each worker sized its TF thread pools (experiment.kernel_threads, scheduling_threads): a
+    # Each worker sized its TF thread pools (experiment.thread_pools): a
     # lone learner takes every core for kernels and TF's default scheduling pool, an actor one
     # thread of each.
     cores = len(os.sched_getaffinity(0))

@@ -68,8 +68,9 @@ class Launch:
         lines = ["#!/bin/bash", f"# {self.name}: written by run_experiment_mm_raw.py."]
         lines.append("export " + " ".join(f"{k}={shlex.quote(v)}" for k, v in self.env.items()))
         if self.to_terminal:
-            # Also to the log; tee is in the pane's process group, so it dies with the window.
-            lines.append(f"exec > >(exec tee -a {shlex.quote(self.log_path)}) 2>&1")
+            # Also to the log. tee is in the pane's process group, which gets SIGHUP when the
+            # worker ends; tee ignores it to copy the worker's last lines, and ends at EOF.
+            lines.append(f"exec > >(trap '' HUP; exec tee -a {shlex.quote(self.log_path)}) 2>&1")
         lines.append(f"cd {shlex.quote(self.cwd)} || exit 1")
         lines.append(f"exec {shlex.join(self.argv)}")  # The worker takes over this PID.
         return "\n".join(lines) + "\n"

@@ -67,6 +67,17 @@ def parameter_digest(variables):
     return digest.hexdigest()[:16]
 
 
+def parameter_snapshot(variables):
+    """The variables' values now, as numpy arrays that later updates of them do not change.
+
+    Each is a view of the tensor a read returned: TF tensors are immutable (an update of a
+    variable whose value is still referenced writes a copy), where `.numpy()` would copy the
+    6.7 MB of the default agent once more per publish (1.0 against 1.7 CPU ms per publish,
+    bench/README.md).
+    """
+    return [np.asarray(variable.read_value()) for variable in variables]
+
+
 class Learner:
     """Trains the agent of one worker set as one Horovod rank (see the module docstring).
 
@@ -152,7 +163,7 @@ class Learner:
         )
 
     def _publish(self):
-        return self._transport.publish([v.numpy() for v in self._parameters])
+        return self._transport.publish(parameter_snapshot(self._parameters))
 
     def run(self):
         """Trains until the frame budget, a stop signal or starvation; returns the exit code."""

@@ -1,5 +1,6 @@
-"""prefetch.BatchPrefetcher on a real transport: batches arrive; the end of training and a
-failure are told apart, wherever the prefetch thread happens to be when they come."""
+"""The learner's side of a real transport: prefetch.BatchPrefetcher's batches arrive, and the end
+of training and a failure are told apart, wherever the prefetch thread happens to be when they
+come; published parameters are the values of the moment, whatever updates follow."""
 
 import threading
 
@@ -7,8 +8,15 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+import learner
 import prefetch
-from tests.loopback_transport import UNROLL_SPEC, start_learner_and_actor, unrolls
+import train_step
+from tests.loopback_transport import (
+    PARAMETER_SPECS,
+    UNROLL_SPEC,
+    start_learner_and_actor,
+    unrolls,
+)
 
 
 @pytest.fixture
@@ -93,3 +101,31 @@ def test_a_real_closed_session_is_a_failure(learner_and_actor):
             prefetcher.get(timeout_secs=600, should_stop=never)
     finally:
         prefetcher.stop()
+
+
+def test_published_parameters_are_not_changed_by_later_updates(learner_and_actor):
+    """parameter_snapshot gives views of the variables' tensors, not copies: the learner's next
+    updates (Adam's fused kernel compiled by XLA, as train_step applies them, and an assign)
+    must not reach what was published."""
+    learner_side, actor_side = learner_and_actor
+    variables = [
+        tf.Variable(tf.random.normal(shape, dtype=dtype)) for shape, dtype in PARAMETER_SPECS
+    ]
+    optimizer = train_step.FusedAdam(learning_rate=0.1)
+    optimizer.apply([tf.zeros_like(v) for v in variables], variables)  # Its slots, eagerly.
+    update = tf.function(
+        lambda: optimizer.apply([tf.ones_like(v) for v in variables], variables), jit_compile=True
+    )
+    before = [v.numpy() for v in variables]
+
+    snapshot = learner.parameter_snapshot(variables)
+    assert learner_side.publish(snapshot) == 1
+    update()
+    variables[0].assign_add(tf.ones_like(variables[0]))
+
+    pulled, version = actor_side.pull_parameters()
+    assert version == 1
+    for value, old, new, snapshot_value in zip(pulled, before, variables, snapshot, strict=True):
+        np.testing.assert_array_equal(value, old)
+        np.testing.assert_array_equal(snapshot_value, old)
+        assert not np.any(new.numpy() == old)  # The updates did move every element.

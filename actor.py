@@ -2,6 +2,8 @@
 
 Loop: pull the learner's parameters (one round trip), act T steps on all N environments with
 batched inference (one `tf.function` call per step for all envs), push N unrolls (one enqueue).
+With --parameter_refresh_steps=k the actor also pulls the newest parameters every k steps
+inside an unroll.
 The actor waits for its learner with a log line every few seconds, for at most
 --learner_wait_secs; it reconnects the same way if the learner goes away mid-run (e.g. a
 restarted learner resumes from its checkpoint), and exits 0 when the learner closes the queue
@@ -100,6 +102,19 @@ class Actor:
         for variable, value in zip(self._parameters, parameters, strict=True):
             variable.assign(value)
 
+    def _refresh(self, version):
+        """Loads the learner's newest parameters inside an unroll; returns their version.
+
+        A learner that does not answer leaves the parameters as they are: the unroll goes on,
+        and its enqueue at the round's end deals with a learner that is gone.
+        """
+        try:
+            parameters, version = self._transport.pull_parameters()
+        except _LEARNER_GONE:
+            return version
+        self._load(parameters)
+        return version
+
     def run(self):
         """Acts until the learner finishes; returns the process exit code."""
         num_envs = self._config.num_envs_per_actor
@@ -117,12 +132,17 @@ class Actor:
         )
         parameters, version = self._wait_for_learner()
         logging.info("%s: connected to learner %s", self._name, self._learner_host)
+        refresh_steps = self._config.parameter_refresh_steps
         rounds_sent, last_log, steps_at_log = 0, time.monotonic(), 0
         while True:
             self._load(parameters)
             initial_state = tf.nest.map_structure(np.asarray, core_state)
             env_steps, agent_steps = [env_output], [agent_output]
-            for _ in range(self._config.unroll_length):
+            versions = []  # The parameters' version at each step.
+            for step in range(self._config.unroll_length):
+                if refresh_steps and step and step % refresh_steps == 0:
+                    version = self._refresh(version)
+                versions.append(version)
                 agent_output, core_state = act(agent_output.action, env_output, core_state)
                 agent_output = tf.nest.map_structure(lambda t: t.numpy(), agent_output)
                 env_output = self._env.step(agent_output.action)
@@ -132,7 +152,7 @@ class Actor:
                 agent_state=initial_state,
                 env_outputs=unrolls.stack_steps(env_steps),
                 agent_outputs=unrolls.stack_steps(agent_steps),
-                parameter_version=np.full([num_envs], version, np.int64),
+                parameter_version=np.full([num_envs], round(np.mean(versions)), np.int64),
             )
             try:
                 self._transport.enqueue(tf.nest.flatten(unroll))

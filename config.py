@@ -55,6 +55,15 @@ class Config:
     height: int = setting(84, "Height of preprocessed Atari frames.")
     sticky_actions: bool = setting(False, "Atari: repeat_action_probability 0.25.")
     num_envs_per_actor: int = setting(8, "Environments each actor steps.")
+    parameter_refresh_steps: int = setting(
+        0,
+        "Actors also load the learner's newest parameters every this many steps inside an "
+        "unroll (0: only before each unroll). More environments per actor batch its inference "
+        "better but stretch an unroll's wall time, and with it the policy lag; refreshing every "
+        "T/k steps keeps the lag of k times fewer environments (V-trace corrects each step "
+        "with the behaviour logits it was acted with).",
+        lower_bound=0,
+    )
     seed: int = setting(1, "Random seed (offset per actor and env).")
 
     # Agent and training schedule.

@@ -6,7 +6,8 @@ Layout (as in the IMPALA paper and scalable_agent), time-major inside an unroll:
   agent_outputs[t]  AgentOutput whose action produced env_outputs[t], so agent_outputs[t].action
                     is the *last action* the agent saw together with env_outputs[t]; [T+1, ...]
   agent_state       the agent's core state before processing env_outputs[0] (LSTM), [...]
-  parameter_version version of the parameters the actor acted with, int64 [] (for policy lag)
+  parameter_version version of the parameters the actor acted with (their mean over the steps,
+                    rounded, with --parameter_refresh_steps), int64 [] (for policy lag)
 
 Element 0 repeats the last element of the previous unroll, so every transition
 (env_outputs[t], agent_outputs[t+1].action -> env_outputs[t+1]) lies inside one unroll.

@@ -59,9 +59,10 @@ class Config:
         0,
         "Actors also load the learner's newest parameters every this many steps inside an "
         "unroll (0: only before each unroll). More environments per actor batch its inference "
-        "better but stretch an unroll's wall time, and with it the policy lag; refreshing every "
-        "T/k steps keeps the lag of k times fewer environments (V-trace corrects each step "
-        "with the behaviour logits it was acted with).",
+        "better but stretch an unroll's wall time, and with it the policy lag, which refreshing "
+        "takes part of back (16 per actor refreshed every 16 steps: lag 13 against 10 with 8; "
+        "bench/README.md). V-trace corrects each step with the behaviour logits it was acted "
+        "with.",
         lower_bound=0,
     )
     seed: int = setting(1, "Random seed (offset per actor and env).")

@@ -143,6 +143,15 @@ def test_the_xla_step_updates_as_the_plain_step(agent_name):
     for name, value in plain_outputs.items():
         np.testing.assert_allclose(xla_outputs[name], value, rtol=1e-4, atol=1e-5, err_msg=name)
     np.testing.assert_allclose(xla_priorities, plain_priorities, rtol=1e-4, atol=1e-6)
+    # The updates, to 5 % of an Adam step (~the learning rate). Where a gradient g is small,
+    # Adam moves by g / (|g| + epsilon) of a step, so the float rounding of g (XLA fuses and
+    # orders the sums differently) shows in the update: the median parameter's updates are
+    # equal, but the worst of ~10^6 differed by up to 2.8 % of a step (ResNetLSTMAgent, 5
+    # initialisations); a wrong update differs by whole steps. (Compared as values to 1e-3 of
+    # each, one ResNetAgent parameter of 2304 failed once in CI, 1.1 % of a step apart.)
+    step_size = config_lib.Config().learning_rate
     for before, after_plain, after_xla in zip(initial, plain, xla, strict=True):
         assert not np.array_equal(after_plain, before)  # Adam moves every parameter
-        np.testing.assert_allclose(after_xla, after_plain, rtol=1e-3, atol=1e-6)
+        np.testing.assert_allclose(
+            after_xla - before, after_plain - before, rtol=1e-2, atol=0.05 * step_size
+        )

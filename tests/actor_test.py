@@ -1,5 +1,6 @@
-"""actor.Actor on a real transport (TF servers on loopback) with a real CartPole vector env and
-MLP agent: what its unrolls say about the parameters it acted with."""
+"""actor.Actor on a real transport (TF servers on loopback, tests/loopback_transport.py) with a
+real CartPole vector env and MLP agent: what its unrolls say about the parameters it acted
+with."""
 
 import dataclasses
 import threading
@@ -10,8 +11,7 @@ import pytest
 import actor
 import config as config_lib
 import experiment
-import transport
-from local_cluster import free_ports
+from tests.loopback_transport import start_worker_set
 
 UNROLL_LENGTH = 6
 NUM_ENVS = 2
@@ -52,16 +52,9 @@ def test_an_actor_loads_new_parameters_every_refresh_steps_inside_an_unroll(
         parameter_refresh_steps=refresh_steps,
     )
     agent, observation_spec, num_actions, _ = experiment.build_agent(config)
-    learner_port, actor_port = free_ports(2)
-    learner_host = f"127.0.0.1:{learner_port}"
-    spec = transport.cluster_spec(learner_host, [f"127.0.0.1:{actor_port}"])
-    servers = [transport.start_server(spec, "learner", 0), transport.start_server(spec, "actor", 0)]
     unroll_spec = experiment._unroll_spec(config, agent, observation_spec, num_actions)
     parameter_specs = [(v.shape, v.dtype) for v in agent.trainable_variables]
-    learner_side, actor_side = (
-        transport.Transport(server, job, 0, parameter_specs, unroll_spec, 8)
-        for server, job in zip(servers, ("learner", "actor"), strict=True)
-    )
+    learner_host, learner_side, actor_side = start_worker_set(parameter_specs, unroll_spec)
     learner_side.initialize()
     shapes = [shape for shape, _ in parameter_specs]
     link = NewParametersAtEachPull(learner_side, actor_side, shapes)

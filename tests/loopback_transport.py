@@ -16,13 +16,21 @@ UNROLL_SPEC = transport.UnrollSpec(
 PARAMETER_SPECS = [((2, 3), tf.float32), ((4,), tf.float32)]
 
 
-def start_learner_and_actor():
-    """(learner, actor): Transports of one worker set on new loopback servers, queue of 8."""
+def start_worker_set(parameter_specs, unroll_spec):
+    """(learner's HOST:PORT, learner, actor): Transports of one worker set with these layouts
+    on new loopback servers, queue of 8."""
     learner_port, actor_port = free_ports(2)
-    spec = transport.cluster_spec(f"127.0.0.1:{learner_port}", [f"127.0.0.1:{actor_port}"])
+    learner_host = f"127.0.0.1:{learner_port}"
+    spec = transport.cluster_spec(learner_host, [f"127.0.0.1:{actor_port}"])
     servers = [transport.start_server(spec, "learner", 0), transport.start_server(spec, "actor", 0)]
-    learner = transport.Transport(servers[0], "learner", 0, PARAMETER_SPECS, UNROLL_SPEC, 8)
-    actor = transport.Transport(servers[1], "actor", 0, PARAMETER_SPECS, UNROLL_SPEC, 8)
+    learner = transport.Transport(servers[0], "learner", 0, parameter_specs, unroll_spec, 8)
+    actor = transport.Transport(servers[1], "actor", 0, parameter_specs, unroll_spec, 8)
+    return learner_host, learner, actor
+
+
+def start_learner_and_actor():
+    """(learner, actor): start_worker_set with the tiny layout above."""
+    _, learner, actor = start_worker_set(PARAMETER_SPECS, UNROLL_SPEC)
     return learner, actor
 
 

@@ -44,10 +44,14 @@ def main():
         exit_if_told(flags["learner_host"])
         server = socket.create_server((host, int(port)), reuse_port=True)
         server.settimeout(0.2)
+        # print() writes a line and its newline apart: two greeters could interleave their lines.
+        print_lock = threading.Lock()
 
         def greet(connection):
             with connection:
-                print(f"learner got: {connection.makefile().readline().strip()}", flush=True)
+                line = connection.makefile().readline().strip()
+            with print_lock:
+                print(f"learner got: {line}", flush=True)
 
         while time.monotonic() < deadline:
             exit_if_told(flags["learner_host"])

@@ -200,6 +200,15 @@ class Config:
         "(which keeps 5 % of each core for other processes); without them the learner says so "
         "and keeps the normal policy.",
     )
+    pin_learners: bool = setting(
+        True,
+        "Learners sharing a host each run on an equal share of its cores (learner 0 on the "
+        "first, learner 1 on the next ones, ...; every core when they outnumber the cores), "
+        "while actors may run on any: the learners wait for each other at every minibatch's "
+        "allreduce, and one pushed off its core by the other (or by its Horovod thread) made "
+        "both wait. 2 learners + 2 actors on 2 cores +10 % frames/s (bench/README.md). One "
+        "learner on a host keeps every core.",
+    )
     checkpoint_secs: int = setting(300, "Seconds between checkpoints.")
     log_secs: int = setting(10, "Seconds between learner log lines.")
     batch_timeout_secs: int = setting(

@@ -152,6 +152,7 @@ def train_learner(config):
     hvd.init()
     priorities.raise_learner_priority(config.learner_realtime)  # Horovod's threads stay normal.
     size_thread_pools("learner", thread_pools(config, "learner", hvd.local_size()))
+    priorities.pin_learner(config.pin_learners, hvd.local_rank(), hvd.local_size())
     agent, observation_spec, num_actions, frames_per_step = build_agent(config)
     # Refused before this learner serves anything: a replay memory the host cannot hold.
     replay.check_fits(

@@ -9,6 +9,7 @@ import pytest
 
 import launcher
 import local_cluster
+import priorities
 import summaries
 from learner import EXIT_STARVED
 from local_cluster import cluster_flags
@@ -132,6 +133,11 @@ def test_two_learners_step_together_on_minibatches_of_replayed_batches(start, sp
     figures, log = train_two_learners_to_the_budget(start, spawn, flags, timeout=600)
     assert figures[0][2] > 10  # learner steps
     assert "| replay 40/40 (" in log  # batches held replayed unrolls
+    # Both ranks on this host: each ran on a share of its cores of its own (--pin_learners).
+    cores = sorted(os.sched_getaffinity(0))
+    pinned = sorted(re.findall(r"learner: runs on cores \[([\d, ]*)\] of", log))
+    shares = sorted(", ".join(map(str, priorities.learner_cores(cores, r, 2))) for r in (0, 1))
+    assert pinned == (shares if len(cores) >= 2 else []), log[-4000:]
 
 
 def test_a_learner_whose_actors_die_stops_all_learners_cleanly(start, spawn, tmp_path):

@@ -180,7 +180,8 @@ class Config:
         0,
         "TF kernel (intra-op) threads of each worker; 0: sized so that the workers sharing a "
         "host's cores do not preempt one another: 1 for an actor, the host's cores divided by "
-        "the learners on it for a learner (experiment.kernel_threads).",
+        "the learners on it for a learner, one fewer (at least 1) when its actors share the "
+        "host (experiment.kernel_threads).",
         lower_bound=0,
     )
     actor_niceness: int = setting(

@@ -8,8 +8,9 @@ with the actors, and their batch step slows when anything else runs. This measur
 
 1. the limit's stages alone: env_raw (bench.stages), inference_best's configuration (batch
    64 with and without XLA, the cheaper, one kernel thread, in a process of its own) and the
-   learner stage (the batch step as configured, this process, one kernel thread per core,
-   under SCHED_FIFO as a learner's threads run: --learner_realtime, priorities.py);
+   learner stage (the batch step as configured, this process, with the thread pools of a
+   learner whose actors share its host, under SCHED_FIFO as a learner's threads run:
+   --learner_realtime, priorities.py);
    before the variants and again after them, the cheaper of the two each (the machine
    drifts, by 10 % in minutes here);
 2. for each variant, the learner stage again beside --actors model actors: processes at
@@ -225,7 +226,8 @@ def main(argv):
     # The learner stage's threads, as a learner's (--learner_realtime); every stage alone
     # runs under it too, where it changes nothing (nothing else runs).
     realtime = priorities.raise_learner_priority(config.learner_realtime)
-    tf.config.threading.set_intra_op_parallelism_threads(os.cpu_count())
+    learner_pools = experiment.thread_pools(config, "learner", actors_on_host=True)
+    experiment.size_thread_pools("bench learner", learner_pools)
     step, steps_per_call = _learner_step(config)
     before = _limit_stages(config, step, steps_per_call)
     best_jit = min(before[1], key=before[1].get)  # the model actors' `best` inference

@@ -9,7 +9,8 @@ Two sets, measured in the same run (bench/throughput.py prints both):
     learner         the learner's batch step (train_step.train_batch) on a synthetic batch as
                     the configuration trains it: B + round(B x replay ratio) unrolls of T
                     steps (B without replay), numpy arrays as dequeued, in --minibatches
-                    steps, with XLA as --xla says (auto: the cheaper);
+                    steps, with XLA as --xla says (auto: the cheaper), with the learner's
+                    thread pools (`learner_pools`: experiment.thread_pools);
   the limit, stages no implementation choice of this project can move:
     env_raw         ale-py's AtariVectorEnv alone (same game, preprocessing and frame stack,
                     num_threads = cores, random actions, no wrapper of ours); for other
@@ -17,8 +18,9 @@ Two sets, measured in the same run (bench/throughput.py prints both):
     inference_best  the agent's forward pass, outputs to numpy, at the cheapest of batch
                     8/16/32/64, with and without XLA, with an actor's thread pools and with
                     one kernel thread per core (TF's default scheduling pool);
-    learner_best    the learner stage, the cheaper of with and without XLA (the two measured
-                    in turn, window by window).
+    learner_best    the learner stage at the cheapest of with and without XLA (the two
+                    measured in turn, window by window), with one kernel thread per core and
+                    with one kernel thread (and with the learner's pools).
 Each stage gives steps/s (best window) and CPU ms per step (all this process's threads): agent
 steps acted for env and inference, agent steps trained on for the learner. A configuration
 trains on each agent step `uses` = (B + replayed) / B times, so on a saturated machine an
@@ -49,6 +51,9 @@ from actor import create_env
 INFERENCE_BATCHES = (8, 16, 32, 64)
 # This process's TF thread pools: one kernel thread per core, TF's default scheduling pool.
 DEFAULT_POOLS = (os.cpu_count(), 0)
+# One kernel thread, TF's default scheduling pool: the learner step's cheapest here (its ops
+# unsplit; 0.55-0.59 CPU ms per trained step against 0.67-0.70 with a thread per core).
+ONE_KERNEL_THREAD = (1, 0)
 
 
 def cpu_seconds(processes):
@@ -162,27 +167,31 @@ def learner_batch(agent, config, observation_spec, num_actions, rng):
     )
 
 
-def _learner(agent, config, hvd, batch, window_secs, repeats):
-    """The batch step on `batch`, plain and with XLA, measured in turn -> {"plain": ..., "xla":
-    ...} (each its own optimizer, so the agent's variables are all they share)."""
-    weights = np.ones(len(batch.parameter_version), np.float32)
-    rng = np.random.default_rng(config.seed)
+def _learner(config, hvd, agent, observation_spec, num_actions, window_secs, repeats):
+    """The batch step, plain and with XLA, measured in turn -> {"plain": ..., "xla": ...}
+    (each its own optimizer, so the agent's variables are all they share)."""
     steps = {}
-    for name, xla in (("plain", "off"), ("xla", "on")):
-        optimizer = train_step.make_optimizer(config, tf.Variable(config.learning_rate))
-        train_step.create_optimizer_state(optimizer, agent)
-        function = train_step.make_batch_step(
-            agent, optimizer, dataclasses.replace(config, xla=xla), hvd
+    for name, xla in (("plain", False), ("xla", True)):
+        steps[name], trained_per_call = learner_step(
+            config, hvd, agent, observation_spec, num_actions, xla
         )
-        steps[name] = functools.partial(
-            train_step.train_in_minibatches, function, batch, weights, config.minibatches, rng
-        )
-    return steps_per_second_in_turn(
-        steps,
-        weights.size * config.unroll_length,  # agent steps trained on per learner step
-        window_secs,
-        repeats,
-    )
+    return steps_per_second_in_turn(steps, trained_per_call, window_secs, repeats)
+
+
+def learner_with_threads(config, pools, window_secs, repeats):
+    """_learner's figures of `config`'s batch step with TF's thread `pools`, without Horovod.
+    Run it in a fresh process."""
+    experiment.size_thread_pools("bench learner", pools)
+    agent, observation_spec, num_actions, _ = experiment.build_agent(config)
+    hvd = train_step.SingleProcess
+    return _learner(config, hvd, agent, observation_spec, num_actions, window_secs, repeats)
+
+
+def _in_fresh_process(function, *args):
+    """function(*args) in a spawned process of its own (TF's thread pools are per process)."""
+    spawn = multiprocessing.get_context("spawn")
+    with concurrent.futures.ProcessPoolExecutor(1, mp_context=spawn) as process:
+        return process.submit(function, *args).result()
 
 
 def env_raw(config, window_secs, repeats):
@@ -207,9 +216,20 @@ def env_raw(config, window_secs, repeats):
         env.close()
 
 
-def measure(config, hvd, agent, observation_spec, num_actions, window_secs, repeats):
+def measure(
+    config,
+    hvd,
+    agent,
+    observation_spec,
+    num_actions,
+    window_secs,
+    repeats,
+    learner_pools=DEFAULT_POOLS,
+):
     """Every stage of the module docstring, timed alone; returns {name: steps_per_second dict},
-    with the configuration each `*_best` stage chose."""
+    with the configuration each `*_best` stage chose. `learner_pools`: the learner's TF thread
+    pools in the system (experiment.thread_pools); pools other than this process's are timed
+    in a process of their own."""
     rng = np.random.default_rng(config.seed)
     stages = {}
     env = create_env(config, "bench")
@@ -226,28 +246,35 @@ def measure(config, hvd, agent, observation_spec, num_actions, window_secs, repe
     own_inference = (config.num_envs_per_actor, False)  # the actor's batch, no XLA
     candidates = [(size, jit) for size in INFERENCE_BATCHES for jit in (False, True)]
     actor_pools = experiment.thread_pools(config, "actor")
-    spawn = multiprocessing.get_context("spawn")
-    with concurrent.futures.ProcessPoolExecutor(1, mp_context=spawn) as actor_process:
-        in_actor_pool = actor_process.submit(
-            inference_with_threads,
-            config,
-            actor_pools,
-            [own_inference, *(c for c in candidates if c != own_inference)],
-            window_secs,
-            repeats,
-        ).result()
+    in_actor_pool = _in_fresh_process(
+        inference_with_threads,
+        config,
+        actor_pools,
+        [own_inference, *(c for c in candidates if c != own_inference)],
+        window_secs,
+        repeats,
+    )
     stages["inference"] = in_actor_pool[own_inference]
 
-    batch = learner_batch(agent, config, observation_spec, num_actions, rng)
-    learner = _learner(agent, config, hvd, batch, window_secs, repeats)
-    stages["learner_best"] = min(
-        [dict(learner["plain"], xla=False), dict(learner["xla"], xla=True)],
-        key=lambda s: s["cpu_ms"],
-    )
+    learner = {
+        DEFAULT_POOLS: _learner(
+            config, hvd, agent, observation_spec, num_actions, window_secs, repeats
+        )
+    }
+    for pools in dict.fromkeys([ONE_KERNEL_THREAD, learner_pools]):
+        if pools not in learner:
+            learner[pools] = _in_fresh_process(
+                learner_with_threads, config, pools, window_secs, repeats
+            )
+    steps = {
+        (pools, xla): dict(figures[name], xla=xla, threads=pools[0], scheduling_threads=pools[1])
+        for pools, figures in learner.items()
+        for name, xla in (("plain", False), ("xla", True))
+    }
+    stages["learner_best"] = min(steps.values(), key=lambda s: s["cpu_ms"])
     # As configured; --xla=auto keeps the cheaper (step_choice.py).
-    stages["learner"] = {"on": learner["xla"], "off": learner["plain"]}.get(
-        config.xla, stages["learner_best"]
-    )
+    own = {"on": steps[learner_pools, True], "off": steps[learner_pools, False]}
+    stages["learner"] = own.get(config.xla) or min(own.values(), key=lambda s: s["cpu_ms"])
 
     if environments.atari_id(config.level_name):
         stages["env_raw"] = env_raw(config, window_secs, repeats)
@@ -276,7 +303,8 @@ class LimitStages:
       config, hvd, agent: as for `measure` (the learner stage trains `agent`'s variables).
       observation_spec, num_actions: of `config`'s environment.
       chosen: `measure`'s result: inference_best's batch, XLA and thread pools, learner_best's
-        XLA.
+        XLA and thread pools (each stage with pools other than this process's is timed in a
+        child process of its own).
     """
 
     def __init__(self, config, hvd, agent, observation_spec, num_actions, chosen):
@@ -311,18 +339,17 @@ class LimitStages:
         if self._inference[2] != DEFAULT_POOLS:
             spawn = multiprocessing.get_context("spawn")
             self._child = concurrent.futures.ProcessPoolExecutor(1, mp_context=spawn)
-        batch = learner_batch(agent, config, observation_spec, num_actions, rng)
-        weights = np.ones(len(batch.parameter_version), np.float32)
-        optimizer = train_step.make_optimizer(config, tf.Variable(config.learning_rate))
-        train_step.create_optimizer_state(optimizer, agent)
-        xla = "on" if chosen["learner_best"]["xla"] else "off"
-        function = train_step.make_batch_step(
-            agent, optimizer, dataclasses.replace(config, xla=xla), hvd
-        )
-        self._learner_step = functools.partial(
-            train_step.train_in_minibatches, function, batch, weights, config.minibatches, rng
-        )
-        self._trained_per_step = weights.size * config.unroll_length
+        learner = chosen["learner_best"]
+        self._learner = (learner["xla"], (learner["threads"], learner["scheduling_threads"]))
+        # So does the learner stage, in another (the two children's pools differ).
+        self._learner_child = None
+        if self._learner[1] == DEFAULT_POOLS:
+            self._learner_step, self._trained_per_step = learner_step(
+                config, hvd, agent, observation_spec, num_actions, self._learner[0]
+            )
+        else:
+            spawn = multiprocessing.get_context("spawn")
+            self._learner_child = concurrent.futures.ProcessPoolExecutor(1, mp_context=spawn)
 
     def time(self, window_secs):
         """{stage: CPU ms per agent step} of env_raw, inference_best and learner_best, each over
@@ -344,15 +371,54 @@ class LimitStages:
                 *self._inference[:2],
                 window_secs,
             ).result()
-        figures["learner_best"] = steps_per_second(
-            self._learner_step, self._trained_per_step, window_secs, 1
-        )
+        if self._learner_child is None:
+            figures["learner_best"] = steps_per_second(
+                self._learner_step, self._trained_per_step, window_secs, 1
+            )
+        else:
+            figures["learner_best"] = self._learner_child.submit(
+                _timed_learner, self._config, *self._learner, window_secs
+            ).result()
         return {stage: figures[stage]["cpu_ms"] for stage in figures}
 
     def close(self):
         self._env.close()
-        if self._child is not None:
-            self._child.shutdown()
+        for child in (self._child, self._learner_child):
+            if child is not None:
+                child.shutdown()
+
+
+def learner_step(config, hvd, agent, observation_spec, num_actions, xla):
+    """(step(): the learner stage's batch step, with XLA or not, on a synthetic batch of
+    `config`'s; the agent steps it trains on per call)."""
+    rng = np.random.default_rng(config.seed)
+    batch = learner_batch(agent, config, observation_spec, num_actions, rng)
+    weights = np.ones(len(batch.parameter_version), np.float32)
+    optimizer = train_step.make_optimizer(config, tf.Variable(config.learning_rate))
+    train_step.create_optimizer_state(optimizer, agent)
+    function = train_step.make_batch_step(
+        agent, optimizer, dataclasses.replace(config, xla="on" if xla else "off"), hvd
+    )
+    step = functools.partial(
+        train_step.train_in_minibatches, function, batch, weights, config.minibatches, rng
+    )
+    return step, weights.size * config.unroll_length
+
+
+# The learner stage's step of _timed_learner, built once per process.
+_learner_state = {}
+
+
+def _timed_learner(config, xla, pools, window_secs):
+    """The learner stage's figures over one window (after a warm-up one), without Horovod; the
+    first call in a process sizes its thread `pools` and builds the step, later calls reuse it."""
+    if not _learner_state:
+        experiment.size_thread_pools("bench learner", pools)
+        agent, observation_spec, num_actions, _ = experiment.build_agent(config)
+        _learner_state["step"] = learner_step(
+            config, train_step.SingleProcess, agent, observation_spec, num_actions, xla
+        )
+    return steps_per_second(*_learner_state["step"], window_secs, 1)
 
 
 # The agent and inputs of _timed_inference, built once per process.

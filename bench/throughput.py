@@ -49,7 +49,7 @@ import config as config_lib
 import local_cluster
 from bench import cluster
 from bench import stages as stages_lib
-from experiment import build_agent
+from experiment import build_agent, thread_pools
 
 flags.DEFINE_integer("actors", 2, "Actors (over all learners) of the default configuration.")
 flags.DEFINE_integer("learners", 1, "Learners of the default configuration.")
@@ -290,7 +290,15 @@ def main(argv):
     def measure_stages():
         load_average = cluster.wait_for_quiet_machine()
         stages = stages_lib.measure(
-            config, hvd, agent, observation_spec, num_actions, stage_secs, repeats
+            config,
+            hvd,
+            agent,
+            observation_spec,
+            num_actions,
+            stage_secs,
+            repeats,
+            # The system's learners share this host with their actors.
+            learner_pools=thread_pools(config, "learner", FLAGS.learners, actors_on_host=True),
         )
         return dict(stages, load_average=load_average)
 

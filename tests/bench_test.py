@@ -68,6 +68,12 @@ def test_the_throughput_benchmark_measures_every_stage_and_the_replay_row(start,
         # timed before and after the system: each keeps the cheaper of the two
         cpu_ms = [result[f"stages_{when}"][stage]["cpu_ms"] for when in ("before", "after")]
         assert result["stages"][stage]["cpu_ms"] == min(cpu_ms), stage
+    for when in ("before", "after"):
+        # learner_best: the cheapest of the learner step's variants, the system's own among them
+        # (the learner's pools beside its actors: one kernel thread fewer than the cores).
+        measured = result[f"stages_{when}"]
+        assert measured["learner_best"]["cpu_ms"] <= measured["learner"]["cpu_ms"], measured
+        assert measured["learner_best"]["threads"] in (1, os.cpu_count()), measured
     with_replay, without = result["system"]
     assert (with_replay["replay_size"], without["replay_size"]) == (64, 0)
     assert (with_replay["uses_per_agent_step"], without["uses_per_agent_step"]) == (4.0, 1.0)

@@ -10,6 +10,7 @@ import tensorflow as tf
 import config
 import pixel_games
 import summaries
+from experiment import actors_share_host, kernel_threads
 from local_cluster import cluster_flags
 from tests.training_settings import CARTPOLE, CARTPOLE_ADAM
 
@@ -25,10 +26,10 @@ def train_one_learner_two_actors(spawn, logdir, flags, timeout):
     actors = [spawn([*flags, "--job_name=actor", f"--task={j}"], f"actor{j}") for j in range(2)]
     assert learner.wait(timeout=timeout) == 0, learner.log()[-3000:]
     # Each worker sized its TF thread pools (experiment.thread_pools): a
-    # lone learner takes every core for kernels and TF's default scheduling pool, an actor one
-    # thread of each.
-    cores = len(os.sched_getaffinity(0))
-    assert f"learner: {cores} TF kernel thread(s), default TF scheduling" in learner.log()
+    # lone learner whose actors share its host (loopback) takes every core but one for kernels
+    # (at least one) and TF's default scheduling pool, an actor one thread of each.
+    learner_threads = max(1, len(os.sched_getaffinity(0)) - 1)
+    assert f"learner: {learner_threads} TF kernel thread(s), default TF scheduling" in learner.log()
     # and ran its threads real-time (priorities.py; the tests run as root)
     assert "learner: real-time scheduling, SCHED_FIFO priority 1" in learner.log()
     for actor in actors:
@@ -258,3 +259,44 @@ def test_port_in_use_and_unreachable_learner(spawn):
     log = actor.log()
     assert "waiting for learner" in log
     assert "not reachable/initialised after" in log
+
+
+@pytest.mark.parametrize(
+    "cores, job_name, learners_on_host, actors_on_host, expected",
+    [
+        (2, "actor", 1, True, 1),
+        (8, "actor", 1, False, 1),
+        (2, "learner", 1, False, 2),  # actors elsewhere: every core
+        (2, "learner", 1, True, 1),  # actors beside it: one core's worth left to them
+        (8, "learner", 1, True, 7),
+        (2, "learner", 2, True, 1),  # the share is one core: never fewer than one thread
+        (2, "learner", 2, False, 1),
+        (8, "learner", 2, True, 3),
+        (2, "learner", 4, True, 1),  # more learners than cores
+    ],
+)
+def test_kernel_threads_are_the_workers_share_of_the_cores(
+    monkeypatch, cores, job_name, learners_on_host, actors_on_host, expected
+):
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(cores)))
+    settings = config.Config()
+    assert kernel_threads(settings, job_name, learners_on_host, actors_on_host) == expected
+    pinned = config.Config(intra_op_threads=3)  # the flag, when set, wins
+    assert kernel_threads(pinned, job_name, learners_on_host, actors_on_host) == 3
+
+
+@pytest.mark.parametrize(
+    "learner_host, actor_hosts, expected",
+    [
+        ("127.0.0.1:8000", ["127.0.0.1:8001"], True),
+        ("localhost:8000", ["127.0.0.2:8001"], True),  # both loopback
+        ("[::1]:8000", ["LOCALHOST:8001"], True),
+        ("10.0.0.1:8000", ["10.0.0.2:8001", "10.0.0.1:8002"], True),
+        ("10.0.0.1:8000", ["10.0.0.2:8001", "10.0.0.3:8002"], False),
+        ("10.0.0.1:8000", ["127.0.0.1:8001"], False),
+        ("learner.example:8000", ["Learner.example:8001"], True),
+        ("10.0.0.1:8000", [], False),
+    ],
+)
+def test_actors_share_host_compares_the_hosts_of_the_addresses(learner_host, actor_hosts, expected):
+    assert actors_share_host(learner_host, actor_hosts) is expected

@@ -38,7 +38,6 @@ if __name__ == "__main__":
     # The stages are timed on the workers' allocator (allocator.py): re-executes at once.
     allocator.use_tcmalloc()
 
-import concurrent.futures
 import json
 import multiprocessing
 import os
@@ -199,17 +198,15 @@ def _limit_stages(config, step, steps_per_call):
     """The limit's stages alone -> (env_raw CPU ms per agent step, {XLA or not: inference's at
     BEST_BATCH}, the learner `step`'s _windows figures)."""
     env_raw = stages.env_raw(config, 2.0, 3)["cpu_ms"]
-    spawn = multiprocessing.get_context("spawn")
     candidates = [(BEST_BATCH, True), (BEST_BATCH, False)]
-    with concurrent.futures.ProcessPoolExecutor(1, mp_context=spawn) as process:
-        inference = process.submit(
-            stages.inference_with_threads,
-            config,
-            experiment.thread_pools(config, "actor"),
-            candidates,
-            2.0,
-            3,
-        ).result()
+    inference = stages.in_fresh_process(
+        stages.inference_with_threads,
+        config,
+        experiment.thread_pools(config, "actor"),
+        candidates,
+        2.0,
+        3,
+    )
     inference = {jit: inference[(BEST_BATCH, jit)]["cpu_ms"] for _, jit in candidates}
     return env_raw, inference, _windows(step, steps_per_call)
 

@@ -187,10 +187,16 @@ def learner_with_threads(config, pools, window_secs, repeats):
     return _learner(config, hvd, agent, observation_spec, num_actions, window_secs, repeats)
 
 
-def _in_fresh_process(function, *args):
-    """function(*args) in a spawned process of its own (TF's thread pools are per process)."""
+def child_process():
+    """An executor of one spawned process: a stage timed with other TF thread pools than this
+    process's (TF's pools are per process) runs there."""
     spawn = multiprocessing.get_context("spawn")
-    with concurrent.futures.ProcessPoolExecutor(1, mp_context=spawn) as process:
+    return concurrent.futures.ProcessPoolExecutor(1, mp_context=spawn)
+
+
+def in_fresh_process(function, *args):
+    """function(*args) in a child_process that ends with it."""
+    with child_process() as process:
         return process.submit(function, *args).result()
 
 
@@ -246,7 +252,7 @@ def measure(
     own_inference = (config.num_envs_per_actor, False)  # the actor's batch, no XLA
     candidates = [(size, jit) for size in INFERENCE_BATCHES for jit in (False, True)]
     actor_pools = experiment.thread_pools(config, "actor")
-    in_actor_pool = _in_fresh_process(
+    in_actor_pool = in_fresh_process(
         inference_with_threads,
         config,
         actor_pools,
@@ -263,7 +269,7 @@ def measure(
     }
     for pools in dict.fromkeys([ONE_KERNEL_THREAD, learner_pools]):
         if pools not in learner:
-            learner[pools] = _in_fresh_process(
+            learner[pools] = in_fresh_process(
                 learner_with_threads, config, pools, window_secs, repeats
             )
     steps = {
@@ -337,8 +343,7 @@ class LimitStages:
         # An inference with other thread pools than this process's runs in a child of its own.
         self._child = None
         if self._inference[2] != DEFAULT_POOLS:
-            spawn = multiprocessing.get_context("spawn")
-            self._child = concurrent.futures.ProcessPoolExecutor(1, mp_context=spawn)
+            self._child = child_process()
         learner = chosen["learner_best"]
         self._learner = (learner["xla"], (learner["threads"], learner["scheduling_threads"]))
         # So does the learner stage, in another (the two children's pools differ).
@@ -348,8 +353,7 @@ class LimitStages:
                 config, hvd, agent, observation_spec, num_actions, self._learner[0]
             )
         else:
-            spawn = multiprocessing.get_context("spawn")
-            self._learner_child = concurrent.futures.ProcessPoolExecutor(1, mp_context=spawn)
+            self._learner_child = child_process()
 
     def time(self, window_secs):
         """{stage: CPU ms per agent step} of env_raw, inference_best and learner_best, each over

@@ -13,6 +13,7 @@ shortest way to start a whole local run from Python.
 import contextlib
 import os
 import pathlib
+import random
 import signal
 import socket
 import subprocess
@@ -46,18 +47,55 @@ def exit_cleanly_on_termination():
         signal.signal(signum, terminate)
 
 
-def free_ports(count):
-    """`count` distinct TCP ports that were free on 127.0.0.1 a moment ago (bound to port 0 by
-    the kernel)."""
-    sockets = []
+EPHEMERAL_PORT_RANGE = pathlib.Path("/proc/sys/net/ipv4/ip_local_port_range")
+# The lowest port free_ports hands out: above the registered services most hosts run.
+LOWEST_FREE_PORT = 10000
+
+
+def ephemeral_ports():
+    """The `(low, high)` source ports the kernel gives outgoing connections (Linux defaults
+    if /proc does not say)."""
     try:
-        for _ in range(count):
+        low, high = map(int, EPHEMERAL_PORT_RANGE.read_text().split())
+    except (OSError, ValueError):
+        return 32768, 60999
+    return low, high
+
+
+def free_ports(count, attempts=1000):
+    """`count` distinct TCP ports that were free on 127.0.0.1 a moment ago.
+
+    They lie below the kernel's ephemeral range: a port the kernel picked for `bind(port 0)`
+    can be handed out again as the source port of any outgoing connection (an actor polling
+    its learner, a gRPC channel) before our server binds it, and the server then fails with
+    "address in use". Ports are drawn at random so that concurrent callers rarely collide,
+    and each is bound once to check that no one listens on it.
+    """
+    low, _ = ephemeral_ports()
+    if low - LOWEST_FREE_PORT < 100 * count:
+        raise RuntimeError(
+            f"{EPHEMERAL_PORT_RANGE}: the ephemeral range starts at {low}, leaving too few "
+            f"ports in [{LOWEST_FREE_PORT}, {low}) for {count} servers"
+        )
+    draw = random.Random()  # seeded from the OS: concurrent test processes differ
+    sockets = {}
+    try:
+        for _ in range(attempts):
+            port = draw.randrange(LOWEST_FREE_PORT, low)
+            if port in sockets:
+                continue
             s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            s.bind(("127.0.0.1", 0))
-            sockets.append(s)
-        return [s.getsockname()[1] for s in sockets]
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                s.close()
+                continue
+            sockets[port] = s
+            if len(sockets) == count:
+                return list(sockets)
+        raise RuntimeError(f"found {len(sockets)} of {count} free ports in {attempts} draws")
     finally:
-        for s in sockets:
+        for s in sockets.values():
             with contextlib.suppress(OSError):
                 s.close()
 

@@ -20,7 +20,11 @@ Two sets, measured in the same run (bench/throughput.py prints both):
                     one kernel thread per core (TF's default scheduling pool);
     learner_best    the learner stage at the cheapest of with and without XLA (the two
                     measured in turn, window by window), with one kernel thread per core and
-                    with one kernel thread (and with the learner's pools).
+                    with one kernel thread (and with the learner's pools);
+  and the fastest of those learner variants, with the machine to itself:
+    learner_fastest the most trained steps/s (not the least CPU): no system with one learner
+                    on this machine trains faster than its step alone, so rate / uses bounds
+                    its agent steps/s (`learner_ceiling`).
 Each stage gives steps/s (best window) and CPU ms per step (all this process's threads): agent
 steps acted for env and inference, agent steps trained on for the learner. A configuration
 trains on each agent step `uses` = (B + replayed) / B times, so on a saturated machine an
@@ -278,6 +282,7 @@ def measure(
         for name, xla in (("plain", False), ("xla", True))
     }
     stages["learner_best"] = min(steps.values(), key=lambda s: s["cpu_ms"])
+    stages["learner_fastest"] = max(steps.values(), key=lambda s: s["rate"])
     # As configured; --xla=auto keeps the cheaper (step_choice.py).
     own = {"on": steps[learner_pools, True], "off": steps[learner_pools, False]}
     stages["learner"] = own.get(config.xla) or min(own.values(), key=lambda s: s["cpu_ms"])
@@ -451,14 +456,17 @@ def _timed_inference(config, pools, batch, jit_compile, window_secs):
     )
 
 
-def cheaper_of(first, second):
-    """{name: the one of first[name] and second[name] with the lower CPU ms per step} of the
-    stages of two `measure` calls (other keys are dropped)."""
-    return {
-        name: min(first[name], second[name], key=lambda stage: stage["cpu_ms"])
-        for name, stage in first.items()
-        if isinstance(stage, dict)
-    }
+def better_of(first, second):
+    """{name: the better of first[name] and second[name]} of the stages of two `measure` calls:
+    the one with the lower CPU ms per step, for learner_fastest the higher rate (other keys are
+    dropped)."""
+
+    def better(name):
+        if name == "learner_fastest":
+            return max(first[name], second[name], key=lambda stage: stage["rate"])
+        return min(first[name], second[name], key=lambda stage: stage["cpu_ms"])
+
+    return {name: better(name) for name, stage in first.items() if isinstance(stage, dict)}
 
 
 def uses_per_agent_step(config):
@@ -466,10 +474,12 @@ def uses_per_agent_step(config):
     return (config.batch_size + replay.replayed_per_batch(config)) / config.batch_size
 
 
-def bounds(stages, uses):
+def bounds(stages, uses, learners=1):
     """Agent steps/s bounds of a configuration that trains on each agent step `uses` times:
     `limit` from the raw stages, and from the project's own the `cpu_ceiling` (cores busy) and
-    the `ceiling` (stages one after another; a stage alone may leave cores idle)."""
+    the `ceiling` (stages one after another; a stage alone may leave cores idle); with one
+    learner also the `learner_ceiling`, its fastest step alone (several learners share the
+    cores: no one process's step bounds them)."""
 
     def cpu_bound(env, inference, learner):
         cpu_ms = stages[env]["cpu_ms"] + stages[inference]["cpu_ms"]
@@ -480,4 +490,4 @@ def bounds(stages, uses):
         "limit": cpu_bound("env_raw", "inference_best", "learner_best"),
         "cpu_ceiling": cpu_bound("env", "inference", "learner"),
         "ceiling": 1 / (1 / own_rates[0] + 1 / own_rates[1] + uses / own_rates[2]),
-    }
+    } | ({"learner_ceiling": stages["learner_fastest"]["rate"] / uses} if learners == 1 else {})

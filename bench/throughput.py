@@ -13,7 +13,10 @@ inference_best, learner_best); the learner's are per agent step trained on. A co
 that trains on each agent step `uses` = (B + replayed) / B times has
   limit = cores / (CPU ms per agent step of env_raw + inference_best + uses x learner_best);
 the own stages give the same bound (`CPU ceiling`) and their one-after-another rate
-(`ceiling`); the gap between an own stage and its raw one is what there is to cut.
+(`ceiling`); the gap between an own stage and its raw one is what there is to cut. With one
+learner, `learner ceiling` = learner_fastest / uses: no system trains faster than its learner's
+step alone with the machine to itself, so `learner ceiling / limit` is the most of the limit
+any system of this step reaches here.
 Then the real system (experiment.py learners and actors as processes on loopback, several
 learners under one mpirun) runs for a window after a warm-up; its rate is read from the
 learner's `frames N` log lines (absl timestamps) at the start and end of the window: frames
@@ -339,13 +342,17 @@ def main(argv):
     finally:
         limit_stages.close()
     # This machine's speed drifts by up to ~20 % within minutes (bench/README.md): the stages
-    # are timed again after the system and each keeps the cheaper of its two measurements, so
+    # are timed again after the system and each keeps the better of its two measurements, so
     # the limit is the fastest the machine was seen to run them around the system's windows.
     stages_after = measure_stages()
-    stages = stages_lib.cheaper_of(stages_before, stages_after)
-    for row, (row_config, _, _) in zip(results, rows, strict=True):
+    stages = stages_lib.better_of(stages_before, stages_after)
+    for row, (row_config, learners, _) in zip(results, rows, strict=True):
         row["uses_per_agent_step"] = stages_lib.uses_per_agent_step(row_config)
-        for bound, steps_per_s in stages_lib.bounds(stages, row["uses_per_agent_step"]).items():
+        row_bounds = stages_lib.bounds(stages, row["uses_per_agent_step"], learners)
+        if "learner_ceiling" in row_bounds:
+            # The most of the limit a system of this learner step can reach on this machine.
+            row["learner_ceiling_over_limit"] = row_bounds["learner_ceiling"] / row_bounds["limit"]
+        for bound, steps_per_s in row_bounds.items():
             row[bound] = steps_per_s
             row[f"achieved_over_{bound}"] = row["agent_steps_per_s"] / steps_per_s
 
@@ -355,23 +362,29 @@ def main(argv):
         f"({'quick' if FLAGS.quick else 'full'} mode)"
     )
     print(
-        f"\nstages alone, the cheaper of before and after the system (1-min load "
+        f"\nstages alone, the better of before and after the system (1-min load "
         f"{stages_before['load_average']}, {stages_after['load_average']}):"
     )
     print(f"  {'stage':<16}{'steps/s':>9}{'CPU ms/step':>13}{'other cores':>13}")
-    for name in ("env", "inference", "learner", "env_raw", "inference_best", "learner_best"):
+    for name in (
+        *("env", "inference", "learner", "env_raw", "inference_best", "learner_best"),
+        "learner_fastest",
+    ):
         print_stage(name, stages[name])
     print(
         "  (learner: agent steps trained on, B + replayed unrolls per step)\n"
         "  per row, with `uses` = (B + replayed) / B trainings of each agent step:\n"
         "    limit       = cores / (env_raw + inference_best + uses x learner_best)\n"
         "    CPU ceiling = cores / (env + inference + uses x learner)\n"
-        "    ceiling     = 1 / (1/env + 1/inference + uses/learner)"
+        "    ceiling     = 1 / (1/env + 1/inference + uses/learner)\n"
+        "    learner ceiling = learner_fastest / uses (one learner: no faster than its step "
+        "alone)"
     )
     print(
         f"\n{'learners':>8}{'actors':>7}{'replay':>12}{'uses':>5}{'load':>6}{'steps/s':>9}"
         f"{'frames/s':>10}{'learner steps/s':>16}{'limit':>7}{'/limit':>7}{'/ceiling':>9}"
-        f"{'/CPU ceiling':>13}{'queue':>7}{'learner cores':>14}{'actor cores':>12}"
+        f"{'/CPU ceiling':>13}{'learner ceiling /limit':>23}{'queue':>7}{'learner cores':>14}"
+        f"{'actor cores':>12}"
         f"{'other cores':>12}{'learner peak RSS':>17}{'actor peak RSS':>15}"
         f"{'learner PSS':>12}{'actor PSS':>10}{'total PSS':>10}"
     )
@@ -384,7 +397,12 @@ def main(argv):
             f"{r['learner_steps_per_s']:>16.2f}{r['limit']:>7.0f}"
             f"{r['achieved_over_limit']:>7.2f}{r['achieved_over_ceiling']:>9.2f}"
             f"{r['achieved_over_cpu_ceiling']:>13.2f}"
-            f"{r['mean_queue']:>7.1f}"
+            + (
+                f"{r['learner_ceiling_over_limit']:>23.2f}"
+                if "learner_ceiling_over_limit" in r
+                else f"{'-':>23}"
+            )
+            + f"{r['mean_queue']:>7.1f}"
             f"{r['learner_cores']:>14.2f}{r['actor_cores']:>12.2f}{r['other_cores']:>12.2f}"
             f"{r['learner_peak_rss_mb']:>15.0f}MB{r['actor_peak_rss_mb']:>13.0f}MB"
             f"{r['learner_pss_mb']:>10.0f}MB{r['actor_pss_mb']:>8.0f}MB{r['total_pss_mb']:>8.0f}MB"

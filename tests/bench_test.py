@@ -68,12 +68,18 @@ def test_the_throughput_benchmark_measures_every_stage_and_the_replay_row(start,
         # timed before and after the system: each keeps the cheaper of the two
         cpu_ms = [result[f"stages_{when}"][stage]["cpu_ms"] for when in ("before", "after")]
         assert result["stages"][stage]["cpu_ms"] == min(cpu_ms), stage
+    # ... and the fastest learner variant the faster of the two
+    rates = [result[f"stages_{when}"]["learner_fastest"]["rate"] for when in ("before", "after")]
+    assert result["stages"]["learner_fastest"]["rate"] == max(rates), result["stages"]
     for when in ("before", "after"):
         # learner_best: the cheapest of the learner step's variants, the system's own among them
-        # (the learner's pools beside its actors: one kernel thread fewer than the cores).
+        # (the learner's pools beside its actors: one kernel thread fewer than the cores);
+        # learner_fastest: the one with the most trained steps/s.
         measured = result[f"stages_{when}"]
         assert measured["learner_best"]["cpu_ms"] <= measured["learner"]["cpu_ms"], measured
         assert measured["learner_best"]["threads"] in (1, os.cpu_count()), measured
+        for variant in ("learner", "learner_best"):
+            assert measured["learner_fastest"]["rate"] >= measured[variant]["rate"], measured
     with_replay, without = result["system"]
     assert (with_replay["replay_size"], without["replay_size"]) == (64, 0)
     assert (with_replay["uses_per_agent_step"], without["uses_per_agent_step"]) == (4.0, 1.0)
@@ -81,6 +87,12 @@ def test_the_throughput_benchmark_measures_every_stage_and_the_replay_row(start,
     assert with_replay["limit"] < without["limit"], result["system"]
     for row in (with_replay, without):
         assert row["agent_steps_per_s"] > 0 and row["learner_steps_per_s"] > 0, row
+        # One learner: no faster than its fastest step alone, trained on `uses` times.
+        uses, fastest = row["uses_per_agent_step"], result["stages"]["learner_fastest"]["rate"]
+        assert row["learner_ceiling"] == pytest.approx(fastest / uses), row
+        assert row["learner_ceiling_over_limit"] == pytest.approx(
+            row["learner_ceiling"] / row["limit"]
+        ), row
         assert row["learner_peak_rss_mb"] > 0 and row["learner_pss_mb"] > 0, row
         assert row["total_pss_mb"] >= row["learner_pss_mb"] + row["actor_pss_mb"], row
         # Paired rounds: the limit's stages timed while the system was paused, then its window.

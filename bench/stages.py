@@ -24,7 +24,8 @@ Two sets, measured in the same run (bench/throughput.py prints both):
   and the fastest of those learner variants, with the machine to itself:
     learner_fastest the most trained steps/s (not the least CPU): no system with one learner
                     on this machine trains faster than its step alone, so rate / uses bounds
-                    its agent steps/s (`learner_ceiling`).
+                    its agent steps/s (`learner_ceiling`; several learners:
+                    bench/learner_ranks.py).
 Each stage gives steps/s (best window) and CPU ms per step (all this process's threads): agent
 steps acted for env and inference, agent steps trained on for the learner. A configuration
 trains on each agent step `uses` = (B + replayed) / B times, so on a saturated machine an
@@ -474,12 +475,12 @@ def uses_per_agent_step(config):
     return (config.batch_size + replay.replayed_per_batch(config)) / config.batch_size
 
 
-def bounds(stages, uses, learners=1):
+def bounds(stages, uses, learners_rate):
     """Agent steps/s bounds of a configuration that trains on each agent step `uses` times:
-    `limit` from the raw stages, and from the project's own the `cpu_ceiling` (cores busy) and
-    the `ceiling` (stages one after another; a stage alone may leave cores idle); with one
-    learner also the `learner_ceiling`, its fastest step alone (several learners share the
-    cores: no one process's step bounds them)."""
+    `limit` from the raw stages, and from the project's own the `cpu_ceiling` (cores busy),
+    the `ceiling` (stages one after another; a stage alone may leave cores idle) and the
+    `learner_ceiling` from `learners_rate`, the trained steps/s of the configuration's learners
+    alone on this host (one: learner_fastest's; several: bench.learner_ranks')."""
 
     def cpu_bound(env, inference, learner):
         cpu_ms = stages[env]["cpu_ms"] + stages[inference]["cpu_ms"]
@@ -490,4 +491,5 @@ def bounds(stages, uses, learners=1):
         "limit": cpu_bound("env_raw", "inference_best", "learner_best"),
         "cpu_ceiling": cpu_bound("env", "inference", "learner"),
         "ceiling": 1 / (1 / own_rates[0] + 1 / own_rates[1] + uses / own_rates[2]),
-    } | ({"learner_ceiling": stages["learner_fastest"]["rate"] / uses} if learners == 1 else {})
+        "learner_ceiling": learners_rate / uses,
+    }

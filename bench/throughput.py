@@ -13,10 +13,11 @@ inference_best, learner_best); the learner's are per agent step trained on. A co
 that trains on each agent step `uses` = (B + replayed) / B times has
   limit = cores / (CPU ms per agent step of env_raw + inference_best + uses x learner_best);
 the own stages give the same bound (`CPU ceiling`) and their one-after-another rate
-(`ceiling`); the gap between an own stage and its raw one is what there is to cut. With one
-learner, `learner ceiling` = learner_fastest / uses: no system trains faster than its learner's
-step alone with the machine to itself, so `learner ceiling / limit` is the most of the limit
-any system of this step reaches here.
+(`ceiling`); the gap between an own stage and its raw one is what there is to cut.
+`learner ceiling` = the trained steps/s of a row's learners alone on this host / uses (one
+learner: learner_fastest, its step with the machine to itself; several: bench.learner_ranks,
+their ranks under mpirun): no system trains faster than its learners alone, so `learner
+ceiling / limit` is the most of the limit any system of these learners reaches here.
 Then the real system (experiment.py learners and actors as processes on loopback, several
 learners under one mpirun) runs for a window after a warm-up; its rate is read from the
 learner's `frames N` log lines (absl timestamps) at the start and end of the window: frames
@@ -50,7 +51,7 @@ from absl import app, flags
 
 import config as config_lib
 import local_cluster
-from bench import cluster
+from bench import cluster, learner_ranks
 from bench import stages as stages_lib
 from experiment import build_agent, thread_pools
 
@@ -306,6 +307,20 @@ def main(argv):
         return dict(stages, load_average=load_average)
 
     stages_before = measure_stages()
+    learner_counts = sorted({learners for learners, _ in table_rows() if learners > 1})
+
+    def learners_alone():
+        """{count: bench.learner_ranks' figures of `count` learners alone} (several learners'
+        learner ceiling)."""
+        figures = {}
+        for count in learner_counts:
+            load_average = cluster.wait_for_quiet_machine()
+            figures[count] = dict(
+                learner_ranks.measure(config, count, repeats), load_average=load_average
+            )
+        return figures
+
+    ranks_before = learners_alone()
     replay_row_config = dataclasses.replace(
         config, replay_size=FLAGS.replay_row_size, replay_ratio=FLAGS.replay_row_ratio
     )
@@ -346,12 +361,17 @@ def main(argv):
     # the limit is the fastest the machine was seen to run them around the system's windows.
     stages_after = measure_stages()
     stages = stages_lib.better_of(stages_before, stages_after)
+    ranks_after = learners_alone()
+    ranks = {
+        count: max(ranks_before[count], ranks_after[count], key=lambda r: r["rate"])
+        for count in learner_counts
+    }
     for row, (row_config, learners, _) in zip(results, rows, strict=True):
         row["uses_per_agent_step"] = stages_lib.uses_per_agent_step(row_config)
-        row_bounds = stages_lib.bounds(stages, row["uses_per_agent_step"], learners)
-        if "learner_ceiling" in row_bounds:
-            # The most of the limit a system of this learner step can reach on this machine.
-            row["learner_ceiling_over_limit"] = row_bounds["learner_ceiling"] / row_bounds["limit"]
+        learners_rate = (ranks[learners] if learners > 1 else stages["learner_fastest"])["rate"]
+        row_bounds = stages_lib.bounds(stages, row["uses_per_agent_step"], learners_rate)
+        # The most of the limit a system of these learners can reach on this machine.
+        row["learner_ceiling_over_limit"] = row_bounds["learner_ceiling"] / row_bounds["limit"]
         for bound, steps_per_s in row_bounds.items():
             row[bound] = steps_per_s
             row[f"achieved_over_{bound}"] = row["agent_steps_per_s"] / steps_per_s
@@ -371,14 +391,19 @@ def main(argv):
         "learner_fastest",
     ):
         print_stage(name, stages[name])
+    for count, alone in ranks.items():
+        print(
+            f"  {count} learners alone (bench.learner_ranks, each {alone['threads']} kernel "
+            f"thread(s)): {alone['rate']:.0f} trained steps/s (xla {alone['xla']})"
+        )
     print(
         "  (learner: agent steps trained on, B + replayed unrolls per step)\n"
         "  per row, with `uses` = (B + replayed) / B trainings of each agent step:\n"
         "    limit       = cores / (env_raw + inference_best + uses x learner_best)\n"
         "    CPU ceiling = cores / (env + inference + uses x learner)\n"
         "    ceiling     = 1 / (1/env + 1/inference + uses/learner)\n"
-        "    learner ceiling = learner_fastest / uses (one learner: no faster than its step "
-        "alone)"
+        "    learner ceiling = trained steps/s of the row's learners alone / uses "
+        "(learner_fastest for one)"
     )
     print(
         f"\n{'learners':>8}{'actors':>7}{'replay':>12}{'uses':>5}{'load':>6}{'steps/s':>9}"
@@ -397,12 +422,7 @@ def main(argv):
             f"{r['learner_steps_per_s']:>16.2f}{r['limit']:>7.0f}"
             f"{r['achieved_over_limit']:>7.2f}{r['achieved_over_ceiling']:>9.2f}"
             f"{r['achieved_over_cpu_ceiling']:>13.2f}"
-            + (
-                f"{r['learner_ceiling_over_limit']:>23.2f}"
-                if "learner_ceiling_over_limit" in r
-                else f"{'-':>23}"
-            )
-            + f"{r['mean_queue']:>7.1f}"
+            f"{r['learner_ceiling_over_limit']:>23.2f}{r['mean_queue']:>7.1f}"
             f"{r['learner_cores']:>14.2f}{r['actor_cores']:>12.2f}{r['other_cores']:>12.2f}"
             f"{r['learner_peak_rss_mb']:>15.0f}MB{r['actor_peak_rss_mb']:>13.0f}MB"
             f"{r['learner_pss_mb']:>10.0f}MB{r['actor_pss_mb']:>8.0f}MB{r['total_pss_mb']:>8.0f}MB"
@@ -424,6 +444,7 @@ def main(argv):
                 "stages": stages,
                 "stages_before": stages_before,
                 "stages_after": stages_after,
+                "learners_alone": {"before": ranks_before, "after": ranks_after, "best": ranks},
                 "system": results,
             }
         )

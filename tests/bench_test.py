@@ -2,6 +2,7 @@
 SIGTERM or SIGHUP leaves no worker running."""
 
 import contextlib
+import dataclasses
 import json
 import os
 import signal
@@ -12,8 +13,10 @@ import time
 import psutil
 import pytest
 
+import config as config_lib
 import local_cluster
 import network_namespaces
+from bench import learner_ranks
 
 pytestmark = pytest.mark.slow
 
@@ -172,3 +175,26 @@ def test_the_scaling_benchmark_measures_allreduces_across_namespaces(start):
 def namespaces():
     listing = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
     return [line.split()[0] for line in listing.splitlines() if line.strip()]
+
+
+def test_the_learner_ranks_benchmark_times_several_learners_alone():
+    """bench.learner_ranks under one mpirun of 2 ranks (CartPole): both variants of the step,
+    the ranks' summed rate of the faster, each rank with a learner's share of the cores."""
+    config = dataclasses.replace(
+        config_lib.Config(), level_name="CartPole-v1", agent_name="MLPAgent", batch_size=4
+    )
+    figures = learner_ranks.measure(config, ranks=2, repeats=1, calls=3)
+    assert figures["ranks"] == 2, figures
+    assert figures["threads"] == max(1, os.cpu_count() // 2 - 1), figures
+    assert min(figures["plain_rate"], figures["xla_rate"]) > 0, figures
+    assert figures["rate"] == max(figures["plain_rate"], figures["xla_rate"]), figures
+    assert figures["xla"] == (figures["xla_rate"] > figures["plain_rate"]), figures
+
+
+def test_learner_ranks_names_a_failed_run():
+    """A configuration the learners cannot build fails with mpirun's output in the error."""
+    config = dataclasses.replace(config_lib.Config(), level_name="NoSuchGame-v0")
+    with pytest.raises(
+        RuntimeError, match=r"(?s)bench.learner_ranks on 2 ranks exited.*NoSuchGame"
+    ):
+        learner_ranks.measure(config, ranks=2, repeats=1, calls=1)

@@ -47,6 +47,9 @@ def measure(config, ranks, repeats=3, calls=20):
     done = subprocess.run(
         command,
         cwd=local_cluster.REPO,
+        # Python's copy of the environment: after hvd.init() the C one also holds this process's
+        # MPI singleton (OMPI_*, PMIX_*), under which a new mpirun exits with 1, saying nothing.
+        env=dict(os.environ),
         capture_output=True,
         text=True,
         timeout=TIMEOUT_SECS,

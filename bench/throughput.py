@@ -5,7 +5,7 @@
 (from the repository root). Every training flag (the fields of config.Config) is accepted and
 forwarded to the workers; defaults: Config's (Pong, SimpleConvNetAgent, B=2 + 6 replayed
 unrolls of T=32, 8 environments per actor). A full run takes ~40 minutes on 2 cores, --quick
-~17-18 (the stages are timed twice, and again in each paired round).
+~17-22 (the stages are timed twice, and again in each paired round).
 
 First each stage alone in this process (bench/stages.py): the project's own stages (env,
 inference, learner) and the raw ones no implementation choice can move (env_raw,

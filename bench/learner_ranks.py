@@ -17,7 +17,6 @@ the ranks' trained steps/s summed, at the best run of each variant, and the fast
 
 import json
 import os
-import subprocess
 import sys
 import time
 
@@ -38,28 +37,27 @@ FLAGS = flags.FLAGS
 TIMEOUT_SECS = 600
 
 
-def measure(config, ranks, repeats=3, calls=20):
+def measure(config, ranks, log_path, repeats=3, calls=20):
     """This module's JSON figures of `ranks` learners of `config` alone, under one mpirun on
-    this host; raises RuntimeError with mpirun's output if it fails."""
+    this host (its output in `log_path`); raises RuntimeError with the log's tail if it fails.
+
+    It runs as a local_cluster.Process: in a process group of its own, so that no rank outlives
+    a timeout or a stopped benchmark, and with Python's copy of the environment (after
+    hvd.init() the C one also holds this process's MPI singleton, under which a new mpirun
+    exits with 1, saying nothing)."""
     argv = [sys.executable, "-m", "bench.learner_ranks", *cluster.worker_flags(config)]
     argv += [f"--repeats={repeats}", f"--calls={calls}"]
     command = launcher.mpmd_argv("mpirun", os.geteuid() == 0, [("localhost", argv)] * ranks)
-    done = subprocess.run(
-        command,
-        cwd=local_cluster.REPO,
-        # Python's copy of the environment: after hvd.init() the C one also holds this process's
-        # MPI singleton (OMPI_*, PMIX_*), under which a new mpirun exits with 1, saying nothing.
-        env=dict(os.environ),
-        capture_output=True,
-        text=True,
-        timeout=TIMEOUT_SECS,
-        check=False,
-    )
-    lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
-    if done.returncode != 0 or not lines:
+    process = local_cluster.Process(command, log_path)
+    try:
+        exit_code = process.wait(TIMEOUT_SECS)
+    finally:
+        process.kill()
+    log = process.log()
+    lines = [line for line in log.splitlines() if line.startswith("{")]
+    if exit_code != 0 or not lines:
         raise RuntimeError(
-            f"bench.learner_ranks on {ranks} ranks exited with {done.returncode}:\n"
-            f"{done.stdout[-1000:]}{done.stderr[-8000:]}"
+            f"bench.learner_ranks on {ranks} ranks exited with {exit_code}:\n{log[-9000:]}"
         )
     return json.loads(lines[-1])
 

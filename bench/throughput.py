@@ -309,18 +309,19 @@ def main(argv):
     stages_before = measure_stages()
     learner_counts = sorted({learners for learners, _ in table_rows() if learners > 1})
 
-    def learners_alone():
+    def learners_alone(when):
         """{count: bench.learner_ranks' figures of `count` learners alone} (several learners'
-        learner ceiling)."""
+        learner ceiling), their logs in work_dir."""
         figures = {}
         for count in learner_counts:
             load_average = cluster.wait_for_quiet_machine()
+            log_path = os.path.join(work_dir, f"learner_ranks_{count}_{when}.log")
             figures[count] = dict(
-                learner_ranks.measure(config, count, repeats), load_average=load_average
+                learner_ranks.measure(config, count, log_path, repeats), load_average=load_average
             )
         return figures
 
-    ranks_before = learners_alone()
+    ranks_before = learners_alone("before")
     replay_row_config = dataclasses.replace(
         config, replay_size=FLAGS.replay_row_size, replay_ratio=FLAGS.replay_row_ratio
     )
@@ -361,7 +362,7 @@ def main(argv):
     # the limit is the fastest the machine was seen to run them around the system's windows.
     stages_after = measure_stages()
     stages = stages_lib.better_of(stages_before, stages_after)
-    ranks_after = learners_alone()
+    ranks_after = learners_alone("after")
     ranks = {
         count: max(ranks_before[count], ranks_after[count], key=lambda r: r["rate"])
         for count in learner_counts

@@ -177,7 +177,7 @@ def namespaces():
     return [line.split()[0] for line in listing.splitlines() if line.strip()]
 
 
-def test_the_learner_ranks_benchmark_times_several_learners_alone():
+def test_the_learner_ranks_benchmark_times_several_learners_alone(tmp_path):
     """bench.learner_ranks.measure from a Horovod process, as bench.throughput calls it: one
     mpirun of 2 ranks (CartPole), both variants of the step, the ranks' summed rate of the
     faster, each rank with a learner's share of the cores."""
@@ -189,10 +189,11 @@ def test_the_learner_ranks_benchmark_times_several_learners_alone():
         "hvd.init()  # its MPI singleton must not reach the mpirun it starts\n"
         "settings = dataclasses.replace(config.Config(), level_name='CartPole-v1',\n"
         "                               agent_name='MLPAgent', batch_size=4)\n"
-        "print(json.dumps(learner_ranks.measure(settings, ranks=2, repeats=1, calls=3)))\n"
+        "figures = learner_ranks.measure(settings, 2, sys.argv[1], repeats=1, calls=3)\n"
+        "print(json.dumps(figures))\n"
     )
     done = subprocess.run(
-        [sys.executable, "-c", caller],
+        [sys.executable, "-c", caller, str(tmp_path / "learner_ranks.log")],
         cwd=local_cluster.REPO,
         capture_output=True,
         text=True,
@@ -208,10 +209,10 @@ def test_the_learner_ranks_benchmark_times_several_learners_alone():
     assert figures["xla"] == (figures["xla_rate"] > figures["plain_rate"]), figures
 
 
-def test_learner_ranks_names_a_failed_run():
+def test_learner_ranks_names_a_failed_run(tmp_path):
     """A configuration the learners cannot build fails with mpirun's output in the error."""
     config = dataclasses.replace(config_lib.Config(), level_name="NoSuchGame-v0")
     with pytest.raises(
         RuntimeError, match=r"(?s)bench.learner_ranks on 2 ranks exited.*NoSuchGame"
     ):
-        learner_ranks.measure(config, ranks=2, repeats=1, calls=1)
+        learner_ranks.measure(config, 2, tmp_path / "learner_ranks.log", repeats=1, calls=1)

@@ -34,11 +34,10 @@ class Config:
     """Everything a learner or an actor needs to know besides its place in the cluster.
 
     The defaults are PPO's Atari recipe on this learner with smaller updates, with which Pong
-    reaches +18 in 4.6M frames (bench/README.md): each agent step is learned from ~4 times
+    reaches +17 in 3.3M frames (bench/README.md): each agent step is learned from ~4 times
     (replay ratio 3, as PPO's 4 epochs) under the clipped surrogate; each batch of 2 on-policy
-    + 6 replayed unrolls of 32 steps is trained in 4 minibatches of two unrolls (64 steps; 32,
-    as ChainerRL's PPO on Atari, reached +18 at 6.7M frames and cost 18 % more CPU; 256-step
-    updates, as PPO's, reached only +10.8 in 10M frames);
+    + 6 replayed unrolls of 32 steps is trained in 8 minibatches of one unroll (32 steps, as
+    ChainerRL's PPO on Atari; 256-step updates, as PPO's, reached only +10.8 in 10M frames);
     lambda 0.95, normalised advantages, Adam at 2.5e-4. The IMPALA paper's settings stayed at
     -20 on Pong over 10M frames here; they are IMPALA_PAPER below.
     """
@@ -94,7 +93,7 @@ class Config:
         choices=["auto", "on", "off"],
     )
     minibatches: int = setting(
-        4,
+        8,
         "Optimizer steps per learner batch: the batch's unrolls (on-policy and replayed) are "
         "shuffled and split into this many minibatches of whole unrolls (at most one unroll "
         "each), one step each, as PPO's minibatches: more, smaller steps per frame for one "
@@ -140,14 +139,14 @@ class Config:
     decay: float = setting(0.99, "RMSProp decay (rho).")
     momentum: float = setting(0.0, "RMSProp momentum.")
     epsilon: float = setting(
-        6.4e-4,
+        3.2e-4,
         "The optimizer's epsilon; the losses are sums over the minibatch's steps, so a "
-        "mean-loss epsilon times the steps per minibatch (PPO's 1e-5 x 64; the IMPALA paper's "
+        "mean-loss epsilon times the steps per minibatch (PPO's 1e-5 x 32; the IMPALA paper's "
         "RMSProp: 0.01, inside the root).",
     )
     gradients_clipping: float = setting(
-        32.0,
-        "Global-norm gradient clipping (of the summed loss: PPO's 0.5 x 64 steps per "
+        16.0,
+        "Global-norm gradient clipping (of the summed loss: PPO's 0.5 x 32 steps per "
         "minibatch); negative = off.",
     )
 

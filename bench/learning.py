@@ -16,7 +16,7 @@ or one stopped before its budget).
                   mean return over the last 100 games first reaches 475 (target: within the
                   budget).
   pong            PongNoFrameskip-v4, SimpleConvNetAgent, the default settings (replay ratio
-                  3 with the clipped surrogate), 10M frames (2.5M agent steps, ~70 min here): the
+                  3 with the clipped surrogate), 10M frames (2.5M agent steps, ~3 h here): the
                   mean return of the last 100 games (target: >= +18). --quick trains 500K
                   frames instead, to check the whole path in a few minutes.
   pong_no_replay  the same without replay (each frame learned from once).
@@ -49,7 +49,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402 - after choosing the file-only backend.
 
 # The defaults (config.Config: PPO's Atari recipe on this learner, replay ratio 3 with the
-# clipped surrogate, 64-step minibatches); the IMPALA paper's settings (config.IMPALA_PAPER)
+# clipped surrogate, 32-step minibatches); the IMPALA paper's settings (config.IMPALA_PAPER)
 # stayed at -20 over 10M frames (bench/README.md).
 PONG_SETTINGS = {
     "level_name": "PongNoFrameskip-v4",

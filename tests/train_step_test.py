@@ -119,11 +119,11 @@ def test_the_xla_step_updates_as_the_plain_step(agent_name):
     priorities and updated parameters up to float rounding.
 
     Adam with epsilon 1 here: where a gradient g is near 0, Adam moves by ~g / (|g| + epsilon)
-    of a step, and with epsilon 3.2e-4 (a former default; 1e-5 after the bias correction) the
-    float rounding of such a g (XLA fuses and orders the sums differently) turned into up to
-    18 % of a step for one parameter of ResNetAgent (CI, twice in 2 runs). With epsilon 1 the
-    update is near-linear in g: the worst of ~10^6 parameters differed by 1e-4 of a step
-    (ResNetAgent and ResNetLSTMAgent, 4 initialisations each) against 0.028 with 3.2e-4."""
+    of a step, and with the default epsilon (3.2e-4, 1e-5 after the bias correction) the float
+    rounding of such a g (XLA fuses and orders the sums differently) turned into up to 18 % of
+    a step for one parameter of ResNetAgent (CI, twice in 2 runs). With epsilon 1 the update is
+    near-linear in g: the worst of ~10^6 parameters differed by 1e-4 of a step (ResNetAgent and
+    ResNetLSTMAgent, 4 initialisations each) against 0.028 with the default."""
     agent = agents.agent_factory(agent_name)(3)
     spec = ((4,), np.float32) if agent_name == "MLPAgent" else ((84, 84, 4), np.uint8)
     batch = unrolls.random_unroll(agent, spec, 3, 4, 5, np.random.default_rng(0))

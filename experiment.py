@@ -261,6 +261,7 @@ def main(argv):
         return train_actor(config)
     except (
         UsageError,
+        config_lib.ConfigError,
         transport.AddressError,
         agents.UnknownAgentError,
         environments.UnknownEnvironmentError,

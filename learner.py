@@ -9,12 +9,12 @@ Per step, in order:
      and their return sum. Every rank thus sees the same global frame count and the same
      decision to stop, so all ranks take the same number of steps and none is left waiting
      inside a gradient allreduce;
-  3. V-trace loss on the batch (its on-policy and replayed unrolls), gradients averaged over
+  3. V-trace loss on the batch (its on-policy and replayed unrolls), gradients summed over
      ranks (one grouped Horovod allreduce; with XLA the loss-and-gradients and the update are
      each compiled around it: --xla, by default whichever is cheaper here), optional
      global-norm clipping, an optimizer step with the learning rate decayed linearly to 0 over
      --total_environment_frames (global frames);
-     with --minibatches M, one such step on each of M minibatches of the batch's unrolls.
+     one such step on each minibatch of the batch's unrolls, its share of --minibatch_unrolls.
      Every rank's batch holds the same number of unrolls (each adds B per step to its replay
      memory), so all ranks take the same number of steps, each with its own allreduce;
   4. publish the new parameters to this worker set's actors.
@@ -43,6 +43,7 @@ import tensorflow as tf
 from absl import logging
 
 import checkpointing
+import config as config_lib
 import progress
 import replay
 import train_step
@@ -123,6 +124,9 @@ class Learner:
             )
         self._num_replayed = replay.replayed_per_batch(config)
         self._minibatch_rng = np.random.default_rng(config.seed + hvd.rank())
+        self._minibatch_unrolls = config_lib.learner_minibatch_unrolls(
+            config.minibatch_unrolls, hvd.size()
+        )
 
     def _request_stop(self, signum, _frame):
         self._stop_signal = signal.Signals(signum).name
@@ -155,11 +159,15 @@ class Learner:
         self._publish()
         for signum in (signal.SIGINT, signal.SIGTERM):
             signal.signal(signum, self._request_stop)
+        share = self._minibatch_unrolls
         logging.info(
-            "%s serving actors; training from %d to %d environment frames",
+            "%s serving actors; training from %d to %d environment frames, %s",
             self._log_prefix,
             int(self._frames.numpy()),
             self._config.total_environment_frames,
+            f"minibatches of {share} unroll(s), {share * self._hvd.size()} per update"
+            if share
+            else "one step per batch",
         )
 
     def _publish(self):
@@ -203,7 +211,7 @@ class Learner:
                     self._train_step,
                     self._transport.unroll_spec.pack(train_batch),
                     weights,
-                    config.minibatches,
+                    self._minibatch_unrolls,
                     self._minibatch_rng,
                 )
                 if replayed_indexes is not None:

@@ -130,6 +130,7 @@ class Options:
     restart_policy: supervisor.RestartPolicy
     training_flag_args: tuple  # Every training flag as --name=value, for the workers.
     batch_timeout_secs: int
+    minibatch_unrolls: int
 
     @classmethod
     def from_flags(cls, flag_values):
@@ -162,6 +163,7 @@ class Options:
             ),
             training_flag_args=tuple(config_lib.flag_args(training)),
             batch_timeout_secs=training.batch_timeout_secs,
+            minibatch_unrolls=training.minibatch_unrolls,
         )
 
     @property
@@ -378,6 +380,11 @@ def _preflight_problems(local, mpirun, options):
 
 def launch_main(console, options):
     worker_sets = workers_csv.load_worker_sets(options.workers_csv_path)
+    try:  # refused before anything starts, where the learners would each refuse it
+        config_lib.learner_minibatch_unrolls(options.minibatch_unrolls, len(worker_sets))
+    except config_lib.ConfigError as e:
+        console.warn(f"{options.workers_csv_path}: {e}")
+        return 2
     workers = [w for ws in worker_sets for w in (ws.learner, *ws.actors)]
     console.add_secrets(w.password for w in workers)
     run_id = f"{datetime.datetime.now():%Y%m%d-%H%M%S}-{uuid.uuid4().hex[:8]}"

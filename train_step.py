@@ -1,11 +1,13 @@
-"""The learner's step: V-trace loss on a batch, Horovod-averaged gradients, clipping, update.
+"""The learner's step: V-trace loss on a batch, gradients summed over Horovod ranks, clipping,
+update.
 
 Public so that the learner, the tests and the benchmarks all run the very same step:
 
   optimizer = make_optimizer(config, learning_rate)   # learning_rate: a tf.Variable
   create_optimizer_state(optimizer, agent)            # before restoring or broadcasting it
   step = make_batch_step(agent, optimizer, config, hvd)
-  outputs, priorities = train_in_minibatches(step, batch, weights, config.minibatches, rng)
+  unrolls = config_lib.learner_minibatch_unrolls(config.minibatch_unrolls, hvd.size())
+  outputs, priorities = train_in_minibatches(step, batch, weights, unrolls, rng)
                               # batch: Unroll of [B, T+1, ...] arrays, weights: float32 [B]
                               # (1: on-policy); make_train_step's step is one minibatch's
 """
@@ -159,17 +161,19 @@ def local_gradients(agent, config, unroll, unroll_weights=None):
     return tape.gradient(total, agent.trainable_variables), total, parts, stats
 
 
-def average_over_ranks(hvd, gradients):
-    """The gradients averaged over all Horovod ranks (one grouped allreduce; none for 1 rank)."""
+def sum_over_ranks(hvd, gradients):
+    """The gradients summed over all Horovod ranks (one grouped allreduce; none for 1 rank): the
+    gradients of the loss summed over every rank's minibatch, so that --epsilon and
+    --gradients_clipping refer to the steps of an update whatever the number of learners."""
     if hvd.size() == 1:
         return gradients
-    return hvd.grouped_allreduce(gradients, op=hvd.Average)
+    return hvd.grouped_allreduce(gradients, op=hvd.Sum)
 
 
 def loss_gradients(agent, unroll, config, hvd, unroll_weights=None):
-    """local_gradients averaged over all Horovod ranks: (gradients, total, parts, stats)."""
+    """local_gradients summed over all Horovod ranks: (gradients, total, parts, stats)."""
     gradients, total, parts, stats = local_gradients(agent, config, unroll, unroll_weights)
-    return average_over_ranks(hvd, gradients), total, parts, stats
+    return sum_over_ranks(hvd, gradients), total, parts, stats
 
 
 def apply_gradients(optimizer, config, variables, gradients):
@@ -279,7 +283,7 @@ def make_train_step(agent, optimizer, config, hvd, xla):
 
     def step(unroll, unroll_weights):
         gradients, total, parts, stats = gradients_of(unroll, unroll_weights)
-        gradient_norm = update(average_over_ranks(hvd, gradients))
+        gradient_norm = update(sum_over_ranks(hvd, gradients))
         priorities = stats.pop("priorities")
         return dict(parts, **stats, total=total, gradient_norm=gradient_norm), priorities
 
@@ -337,13 +341,15 @@ def train_batch(train_step, unroll, unroll_weights, order, minibatches):
     return means, tf.scatter_nd(order[:, None], tf.concat(priorities, 0), [num_unrolls])
 
 
-def train_in_minibatches(step, batch, weights, minibatches, rng):
+def train_in_minibatches(step, batch, weights, unrolls_per_minibatch, rng):
     """Runs `step`, the tf.function of train_batch, on a batch with its unrolls shuffled.
 
     Args:
       batch: Unroll of batch-major [N, T+1, ...] numpy arrays.
       weights: float32 [N], each unroll's loss weight.
-      minibatches: see train_batch.
+      unrolls_per_minibatch: the batch is trained in ceil(N / this) minibatches (sizes
+        differing by at most one); 0: one step on the whole batch
+        (config.learner_minibatch_unrolls).
       rng: numpy Generator of the shuffle.
 
     Returns:
@@ -351,5 +357,6 @@ def train_in_minibatches(step, batch, weights, minibatches, rng):
       [N] in the batch's order).
     """
     order = rng.permutation(len(weights)).astype(np.int32)
+    minibatches = -(-len(weights) // unrolls_per_minibatch) if unrolls_per_minibatch else 1
     outputs, priorities = step(batch, weights, order, minibatches)
     return {name: float(value) for name, value in outputs.items()}, priorities.numpy()

@@ -5,9 +5,9 @@ Run under mpirun with 2 (or more) ranks:
       .venv/bin/python bench/allreduce.py [--agents=SimpleConvNetAgent,ResNetLSTMAgent]
 
 For each agent (Atari shapes: 84x84x4 frames, 6 actions) every rank times, in the same run:
-  - `allreduce`: averaging a gradient-sized list of tensors across ranks inside a tf.function
-    with one grouped allreduce, as the learner does every step (train_step.average_over_ranks);
-  - `train step`: the learner's full step (train_step.make_train_step: V-trace loss, averaged
+  - `allreduce`: summing a gradient-sized list of tensors across ranks inside a tf.function
+    with one grouped allreduce, as the learner does every step (train_step.sum_over_ranks);
+  - `train step`: the learner's full step (train_step.make_train_step: V-trace loss, summed
     gradients, optimizer) with the default Config on a synthetic batch of B unrolls of T steps.
 Rank 0 prints a table with both (median ms) and their ratio, then one JSON line.
 """
@@ -68,7 +68,7 @@ def measure(agent_name, rng):
 
     @tf.function
     def allreduce(tensors):
-        return hvd.grouped_allreduce(tensors, op=hvd.Average, compression=compression)
+        return hvd.grouped_allreduce(tensors, op=hvd.Sum, compression=compression)
 
     variables = agent.trainable_variables
     gradients = [tf.random.normal(v.shape) for v in variables]
@@ -80,7 +80,7 @@ def measure(agent_name, rng):
         "allreduce_ms": median_ms(lambda: allreduce(gradients), FLAGS.repeats),
     }
     if FLAGS.train_step:
-        # The train step includes the allreduce (train_step.average_over_ranks).
+        # The train step includes the allreduce (train_step.sum_over_ranks).
         result["train_step_ms"] = median_ms(lambda: step(batch, weights), FLAGS.repeats)
     return result
 

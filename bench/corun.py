@@ -127,7 +127,7 @@ def _learner_step(config):
     weights = np.ones(len(batch.parameter_version), np.float32)
 
     def step():
-        train_step.train_in_minibatches(batch_step, batch, weights, config.minibatches, rng)
+        train_step.train_in_minibatches(batch_step, batch, weights, config.minibatch_unrolls, rng)
 
     return step, weights.size * config.unroll_length
 

@@ -77,13 +77,15 @@ def make_environment(config):
     return environments.create_vector_environment(name, FLAGS.num_envs, seed=config.seed)
 
 
-def train_on_batch(step, batch, epochs, minibatches, rng):
+def train_on_batch(step, batch, epochs, unrolls_per_minibatch, rng):
     """PPO-style reuse of a batch-major Unroll [B, T+1, ...]: `epochs` passes, each over the B
-    unrolls shuffled and split in `minibatches` minibatches of whole unrolls
+    unrolls shuffled and split in minibatches of `unrolls_per_minibatch` whole unrolls
     (train_step.train_in_minibatches). -> the last pass's outputs."""
     weights = np.ones(len(batch.parameter_version), np.float32)
     for _ in range(epochs):
-        outputs, _ = train_step.train_in_minibatches(step, batch, weights, minibatches, rng)
+        outputs, _ = train_step.train_in_minibatches(
+            step, batch, weights, unrolls_per_minibatch, rng
+        )
     return outputs
 
 
@@ -132,7 +134,7 @@ def main(argv):
             agent_outputs=unrolls.stack_steps(agent_steps),
             parameter_version=np.zeros(FLAGS.num_envs, np.int64),
         )
-        outputs = train_on_batch(step, batch, FLAGS.epochs, FLAGS.minibatches, rng)
+        outputs = train_on_batch(step, batch, FLAGS.epochs, minibatch_size, rng)
         games.report(
             frames,
             f"entropy {float(outputs['entropy_fraction']):.3f} of max | loss: pg "

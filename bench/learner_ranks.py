@@ -8,7 +8,7 @@ or, from Python, `measure(config, ranks)`, which starts that mpirun and returns 
 
 Each rank sizes TF's thread pools as a learner whose actors share its host
 (experiment.thread_pools: the host's cores divided among the ranks), builds the configured batch
-step (train_step.make_batch_step, Horovod-averaged gradients every minibatch) on a synthetic
+step (train_step.make_batch_step, gradients summed over the ranks every minibatch) on a synthetic
 batch of the configuration's unrolls, plain and with XLA, and times `--repeats` runs of
 `--calls` batch steps of each after two warm-up calls. A count of calls, not a time window:
 every minibatch allreduces, so all ranks must make the same calls. Rank 0 prints one JSON line:

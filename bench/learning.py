@@ -22,8 +22,8 @@ or one stopped before its budget).
   pong_no_replay  the same without replay (each frame learned from once).
   pong_2_learners the main job's shape: 2 learners (Horovod ranks) of one actor each, each
                   learner's batch 1 on-policy + 3 replayed unrolls, so that the global batch
-                  is `pong`'s (trained in 4 averaged updates of 2 unrolls: half of `pong`'s
-                  updates per frame, as in the main job); 5M frames.
+                  is `pong`'s, and so are its updates (4 per batch, each on 2 unrolls: one
+                  of each learner's, their gradients summed); 5M frames.
 
 The run's settings below apply unless the flag is given on the command line: every training
 flag (the fields of config.Config) is accepted and forwarded to the workers of every run.
@@ -49,7 +49,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402 - after choosing the file-only backend.
 
 # The defaults (config.Config: PPO's Atari recipe on this learner, replay ratio 3 with the
-# clipped surrogate, 32-step minibatches); the IMPALA paper's settings (config.IMPALA_PAPER)
+# clipped surrogate, 64-step updates); the IMPALA paper's settings (config.IMPALA_PAPER)
 # stayed at -20 over 10M frames (bench/README.md).
 PONG_SETTINGS = {
     "level_name": "PongNoFrameskip-v4",
@@ -89,8 +89,8 @@ RUNS = {
         "quick_frames": 500_000,
         "target": 18.0,
     },
-    # Horovod averages the learners' gradients: with --batch_size per learner halved, two
-    # learners make the one learner's 256-step update (2 + 6 unrolls of 32) at its rate.
+    # Horovod sums the learners' gradients: with --batch_size per learner halved, two learners
+    # make the one learner's updates (64 steps, 2 unrolls) at its rate.
     "pong_2_learners": {
         "settings": {**PONG_SETTINGS, "batch_size": 1, "total_environment_frames": 5_000_000},
         "learners": 2,

@@ -8,9 +8,10 @@ Two sets, measured in the same run (bench/throughput.py prints both):
                     TF thread pools: experiment.thread_pools);
     learner         the learner's batch step (train_step.train_batch) on a synthetic batch as
                     the configuration trains it: B + round(B x replay ratio) unrolls of T
-                    steps (B without replay), numpy arrays as dequeued, in --minibatches
-                    steps, with XLA as --xla says (auto: the cheaper), with the learner's
-                    thread pools (`learner_pools`: experiment.thread_pools);
+                    steps (B without replay), numpy arrays as dequeued, in minibatches of
+                    one learner's share of --minibatch_unrolls (one_of_learners), with XLA
+                    as --xla says (auto: the cheaper), with the learner's thread pools
+                    (`learner_pools`: experiment.thread_pools);
   the limit, stages no implementation choice of this project can move:
     env_raw         ale-py's AtariVectorEnv alone (same game, preprocessing and frame stack,
                     num_threads = cores, random actions, no wrapper of ours); for other
@@ -46,6 +47,7 @@ import numpy as np
 import psutil
 import tensorflow as tf
 
+import config as config_lib
 import environments
 import experiment
 import replay
@@ -409,10 +411,18 @@ def learner_step(config, hvd, agent, observation_spec, num_actions, xla):
     function = train_step.make_batch_step(
         agent, optimizer, dataclasses.replace(config, xla="on" if xla else "off"), hvd
     )
+    unrolls = config_lib.learner_minibatch_unrolls(config.minibatch_unrolls, hvd.size())
     step = functools.partial(
-        train_step.train_in_minibatches, function, batch, weights, config.minibatches, rng
+        train_step.train_in_minibatches, function, batch, weights, unrolls, rng
     )
     return step, weights.size * config.unroll_length
+
+
+def one_of_learners(config, num_learners):
+    """`config` as one of `num_learners` learners trains, for its step timed in one process:
+    minibatches of its share of --minibatch_unrolls (config.learner_minibatch_unrolls)."""
+    share = config_lib.learner_minibatch_unrolls(config.minibatch_unrolls, num_learners)
+    return dataclasses.replace(config, minibatch_unrolls=share)
 
 
 # The learner stage's step of _timed_learner, built once per process.

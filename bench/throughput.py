@@ -290,11 +290,13 @@ def main(argv):
     work_dir = tempfile.mkdtemp(prefix="impala_bench_throughput_")  # kept: the workers' logs
     print(f"logs and summaries in {work_dir}", flush=True)
     agent, observation_spec, num_actions, frames_per_step = build_agent(config)
+    # The stages' learner step is one of the default row's learners.
+    stage_config = stages_lib.one_of_learners(config, FLAGS.learners)
 
     def measure_stages():
         load_average = cluster.wait_for_quiet_machine()
         stages = stages_lib.measure(
-            config,
+            stage_config,
             hvd,
             agent,
             observation_spec,
@@ -330,7 +332,7 @@ def main(argv):
     # The limit's stages as chosen above, timed again beside each window of the default row and
     # its twin (the paired rounds).
     limit_stages = stages_lib.LimitStages(
-        config, hvd, agent, observation_spec, num_actions, stages_before
+        stage_config, hvd, agent, observation_spec, num_actions, stages_before
     )
     try:
         results = [

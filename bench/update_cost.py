@@ -8,8 +8,9 @@
                largest difference between the two copies after the timed updates (they must
                agree);
   minibatches  the learner's train step on the configuration's batch (B + round(B x replay
-               ratio) random unrolls of T steps) as 1, 2, 4 and 8 minibatches
-               (train_step.train_in_minibatches): CPU ms per batch, and its ratio to 1.
+               ratio) random unrolls of T steps) in one step and in minibatches of 4, 2 and 1
+               unrolls (train_step.train_in_minibatches): CPU ms per batch, and its ratio to
+               one step.
 
 CPU ms count all threads of this process, so a busy machine inflates every figure alike; the
 ratios are what to read.
@@ -29,10 +30,10 @@ import train_step
 from bench import stages
 
 flags.DEFINE_integer("updates", 200, "Timed Adam updates per optimizer.")
-flags.DEFINE_integer("batches", 10, "Timed batches per minibatch count.")
+flags.DEFINE_integer("batches", 10, "Timed batches per minibatch size.")
 config_lib.define_flags()
 FLAGS = flags.FLAGS
-MINIBATCH_COUNTS = (1, 2, 4, 8)
+MINIBATCH_UNROLLS = (0, 4, 2, 1)  # 0: the whole batch in one step
 
 
 def cpu_ms_per_call(function, calls):
@@ -68,11 +69,11 @@ def minibatch_costs(agent, config, observation_spec, num_actions, rng):
     weights = np.ones(len(batch.parameter_version), np.float32)
     step, _ = train_step.single_process_step(agent, config)
     return len(weights), {
-        count: cpu_ms_per_call(
-            lambda count=count: train_step.train_in_minibatches(step, batch, weights, count, rng),
+        size: cpu_ms_per_call(
+            lambda size=size: train_step.train_in_minibatches(step, batch, weights, size, rng),
             FLAGS.batches,
         )
-        for count in MINIBATCH_COUNTS
+        for size in MINIBATCH_UNROLLS
     }
 
 
@@ -91,9 +92,11 @@ def main(argv):
     )
     num_unrolls, costs = minibatch_costs(agent, config, observation_spec, num_actions, rng)
     print(
-        f"minibatches: a batch of {num_unrolls} unrolls of {config.unroll_length} steps in "
+        f"minibatches: a batch of {num_unrolls} unrolls of {config.unroll_length} steps, in "
         + ", ".join(
-            f"{count}: {ms:.0f} CPU ms (x{ms / costs[1]:.2f})" for count, ms in costs.items()
+            f"{'one step' if size == 0 else f'minibatches of {size}'}: {ms:.0f} CPU ms "
+            f"(x{ms / costs[0]:.2f})"
+            for size, ms in costs.items()
         )
     )
 

@@ -123,7 +123,7 @@ def test_the_corun_benchmark_runs_the_learner_beside_both_kinds_of_model_actors(
     result = run_to_json(
         start,
         "bench.corun",
-        ["--batch_size=1", "--replay_size=0", "--minibatches=1", "--windows=1"]
+        ["--batch_size=1", "--replay_size=0", "--minibatch_unrolls=0", "--windows=1"]
         + ["--window_secs=2"],
     )
     assert result["uses"] == 1.0 and result["limit"] > 0, result

@@ -77,9 +77,9 @@ def test_one_learner_two_actors_learn_cartpole_with_replay(spawn, tmp_path):
 
 def test_the_conv_agent_learns_from_pixels(spawn, tmp_path):
     """Through a real learner and two actors, the Atari defaults (config.Config: Adam, orthogonal
-    initialisation, normalised advantages under the clipped surrogate, one-unroll minibatches of
-    32 steps) teach SimpleConvNetAgent PixelBandit-v0 (pixel_games.py): pick the third of an
-    84x84x4 frame that holds a 4x4 square; chance 1/3, bar 0.9. The IMPALA paper's settings
+    initialisation, normalised advantages under the clipped surrogate, minibatches of two
+    unrolls, 64 steps) teach SimpleConvNetAgent PixelBandit-v0 (pixel_games.py): pick the third
+    of an 84x84x4 frame that holds a 4x4 square; chance 1/3, bar 0.9. The IMPALA paper's settings
     (RMSProp with epsilon 0.01 inside the square root, Sonnet's initialisation) stay at chance
     here, as they stayed at -20 on Pong. Batches of 8 on-policy unrolls and no replay: one use of
     each frame (replay would take 4x the learner's time). Measured: accuracy 0.94 at 50K frames,
@@ -110,7 +110,7 @@ PONG = [
     "--unroll_length=10",
     "--num_envs_per_actor=2",
     "--queue_capacity=4",
-    "--minibatches=1",  # the first step is on the parameters the actors acted with (see below)
+    "--minibatch_unrolls=0",  # the first step is on the parameters the actors acted with (below)
     "--log_secs=0",
     "--checkpoint_secs=1",
     "--learner_wait_secs=120",
@@ -213,7 +213,7 @@ def test_bad_flags_give_one_line_errors(spawn, bad_flags, message):
 @pytest.mark.parametrize(
     "bad_flag, message",
     [
-        ("--minibatches=0", "flag --minibatches=0: 0 is not a positive integer"),
+        ("--minibatch_unrolls=-1", "flag --minibatch_unrolls=-1: -1 is not a non-negative"),
         ("--step_timeout_secs=-1", "flag --step_timeout_secs=-1: -1 is not a non-negative"),
         ("--actor_niceness=20", "flag --actor_niceness=20: 20 is not an integer in the range"),
     ],

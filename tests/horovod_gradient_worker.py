@@ -1,12 +1,12 @@
-"""The averaged-gradient check of horovod_test, in two modes.
+"""The summed-gradient check of horovod_test, in two modes.
 
 mpirun -np 2 python -m tests.horovod_gradient_worker ranks OUT_DIR
     Each rank builds the learner's agent (MLPAgent, CartPole shapes) with its own random
     weights, takes rank 0's by broadcast, makes its own random batch (seeded by its rank) and
-    runs the learner's `loss_gradients`, which averages over ranks with one grouped allreduce
-    (train_step.average_over_ranks). Saves weights and averaged gradients to OUT_DIR/rank<r>.npz.
+    runs the learner's `loss_gradients`, which sums over ranks with one grouped allreduce
+    (train_step.sum_over_ranks). Saves weights and summed gradients to OUT_DIR/rank<r>.npz.
 python -m tests.horovod_gradient_worker local OUT_DIR
-    One process (one Horovod rank, nothing averaged): loads rank 0's weights and computes the
+    One process (one Horovod rank, nothing summed): loads rank 0's weights and computes the
     same loss's gradients on each rank's batch separately; saves them to OUT_DIR/local.npz.
 """
 

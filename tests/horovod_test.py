@@ -28,7 +28,7 @@ def start_mpirun(start, sections, name):
     return start(argv, name, env={"PYTHONPATH": str(local_cluster.REPO)})
 
 
-def test_averaged_gradient_is_the_mean_of_local_gradients(start, tmp_path):
+def test_summed_gradient_is_the_sum_of_local_gradients(start, tmp_path):
     worker = [sys.executable, "-m", "tests.horovod_gradient_worker"]
     ranks = start_mpirun(start, [[*worker, "ranks", str(tmp_path)]] * 2, "mpirun")
     assert ranks.wait(timeout=300) == 0, ranks.log()[-3000:]
@@ -40,11 +40,11 @@ def test_averaged_gradient_is_the_mean_of_local_gradients(start, tmp_path):
     num_variables = len([k for k in rank0 if k.startswith("weight")])
     assert num_variables > 0
     for i in range(num_variables):
-        # The broadcast gave both ranks rank 0's weights; both got the same average.
+        # The broadcast gave both ranks rank 0's weights; both got the same sum.
         np.testing.assert_array_equal(rank0[f"weight{i}"], rank1[f"weight{i}"])
         np.testing.assert_array_equal(rank0[f"gradient{i}"], rank1[f"gradient{i}"])
-        mean = (expected[f"rank0_gradient{i}"] + expected[f"rank1_gradient{i}"]) / 2
-        np.testing.assert_allclose(rank0[f"gradient{i}"], mean, rtol=1e-5, atol=1e-6)
+        total = expected[f"rank0_gradient{i}"] + expected[f"rank1_gradient{i}"]
+        np.testing.assert_allclose(rank0[f"gradient{i}"], total, rtol=1e-5, atol=1e-6)
         # Not trivially equal: the two ranks' own gradients differ.
         assert not np.allclose(expected[f"rank0_gradient{i}"], expected[f"rank1_gradient{i}"])
 
@@ -96,7 +96,7 @@ def train_two_learners_to_the_budget(start, spawn, flags, timeout):
 
 def test_two_learners_learn_cartpole_with_identical_weights(start, spawn, tmp_path):
     logdir = tmp_path / "logdir"
-    # 8 unrolls per learner: each averaged step sees 16, as the single-learner test's steps do.
+    # 8 unrolls per learner: each summed step sees 16, as the single-learner test's steps do.
     # With 16 per learner and 300K frames it fell short once; with 0.003 as the single-learner
     # test, two learners' policy collapsed twice in a run: the default rate, more frames.
     flags = [
@@ -117,8 +117,9 @@ def test_two_learners_learn_cartpole_with_identical_weights(start, spawn, tmp_pa
 
 
 def test_two_learners_step_together_on_minibatches_of_replayed_batches(start, spawn, tmp_path):
-    """--minibatches with replay: each learner's batch (4 on-policy + 4 replayed unrolls once the
-    memory fills) is trained in 3 uneven minibatches, one averaged step each. Both ranks must
+    """--minibatch_unrolls with replay: each learner's batch (4 on-policy + 4 replayed unrolls once
+    the memory fills) is trained in 3 uneven minibatches (its share of 6 unrolls: 3, 3 and 2),
+    one summed step each. Both ranks must
     take the same steps (a rank with one more allreduce than the other would hang) and end
     with the same weights."""
     flags = [
@@ -126,7 +127,7 @@ def test_two_learners_step_together_on_minibatches_of_replayed_batches(start, sp
         "--batch_size=4",
         "--replay_size=40",
         "--replay_ratio=1",
-        "--minibatches=3",
+        "--minibatch_unrolls=6",
         f"--logdir={tmp_path / 'logdir'}",
         "--total_environment_frames=40000",
     ]

@@ -211,6 +211,21 @@ def test_invalid_csv_is_reported_and_starts_nothing(tmp_path, tmux_socket, rows,
     assert not (tmp_path / "launch").exists()
 
 
+def test_an_update_that_does_not_split_over_the_learners_starts_nothing(tmp_path, tmux_socket):
+    path, _ = local_csv(tmp_path)  # 2 learners
+    code, out, err = frontend(
+        f"--workers_csv_path={path}",
+        f"--logdir={tmp_path}",
+        f"--tmux_socket_name={tmux_socket}",
+        "--minibatch_unrolls=3",
+    )
+    assert code == 2
+    assert f"{path}: --minibatch_unrolls=3 does not split evenly over 2 learners" in err
+    assert out == ""
+    assert not libtmux.Server(socket_name=tmux_socket).is_alive()
+    assert not (tmp_path / "launch").exists()
+
+
 def test_dry_run_prints_plan_and_every_command_with_secrets_masked(tmp_path, tmux_socket):
     host = os.uname().nodename  # This host, by a name its remote actors can reach.
     ports = free_ports(5)

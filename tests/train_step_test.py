@@ -68,29 +68,46 @@ def test_fused_adam_updates_as_sonnets_adam_and_restores_its_checkpoints(tmp_pat
         np.testing.assert_array_equal(actual.numpy(), expected.numpy())
 
 
-@pytest.mark.parametrize("minibatches", [1, 2, 3, 8])
-def test_minibatches_take_one_step_each_and_give_priorities_in_batch_order(minibatches):
-    """5 unrolls in M minibatches: min(M, 5) optimizer steps (Adam counts them), every unroll in
-    exactly one of them, its priority returned at its place in the batch (at learning rate 0
-    the priorities do not depend on the split, so they equal those of one step on the batch)."""
+@pytest.mark.parametrize(
+    "minibatch_unrolls, learners, share", [(2, 1, 2), (2, 2, 1), (2, 4, 1), (6, 2, 3), (0, 2, 0)]
+)
+def test_each_learner_takes_its_share_of_an_update(minibatch_unrolls, learners, share):
+    """--minibatch_unrolls is over all learners: each takes its share, at least one unroll (0:
+    its whole batch)."""
+    assert config_lib.learner_minibatch_unrolls(minibatch_unrolls, learners) == share
+
+
+def test_an_update_that_does_not_split_over_the_learners_is_refused():
+    with pytest.raises(config_lib.ConfigError, match="--minibatch_unrolls=3 does not split"):
+        config_lib.learner_minibatch_unrolls(3, 2)
+
+
+@pytest.mark.parametrize("unrolls_per_minibatch, steps", [(0, 1), (5, 1), (3, 2), (2, 3), (1, 5)])
+def test_minibatches_take_one_step_each_and_give_priorities_in_batch_order(
+    unrolls_per_minibatch, steps
+):
+    """5 unrolls in minibatches of U: ceil(5 / U) optimizer steps (Adam counts them; U=0: one),
+    every unroll in exactly one of them, its priority returned at its place in the batch (at
+    learning rate 0 the priorities do not depend on the split, so they equal those of one step
+    on the batch)."""
     agent = agents.MLPAgent(2)
     batch = unrolls.random_unroll(agent, ((4,), np.float32), 2, 5, 6, np.random.default_rng(0))
     inputs = unrolls.to_time_major(batch)
     agent.unroll(inputs.agent_outputs.action, inputs.env_outputs, inputs.agent_state)  # builds it
     config = config_lib.Config()
     results = {}
-    for split in (1, minibatches):
+    for split, expected_steps in ((0, 1), (unrolls_per_minibatch, steps)):
         optimizer = train_step.make_optimizer(config, tf.Variable(0.0))
         train_step.create_optimizer_state(optimizer, agent)
         step = train_step.make_batch_step(agent, optimizer, config, train_step.SingleProcess)
         outputs, priorities = train_step.train_in_minibatches(
             step, batch, np.ones(5, np.float32), split, np.random.default_rng(1)
         )
-        assert int(optimizer.step.numpy()) == min(split, 5)
+        assert int(optimizer.step.numpy()) == expected_steps
         assert priorities.dtype == np.float32 and priorities.shape == (5,)
         assert all(np.isfinite(value) for value in outputs.values())
         results[split] = priorities
-    np.testing.assert_allclose(results[minibatches], results[1], rtol=1e-5)
+    np.testing.assert_allclose(results[unrolls_per_minibatch], results[0], rtol=1e-5)
 
 
 def compiled_calls(batch_step, batch, minibatches):
@@ -119,7 +136,7 @@ def test_the_xla_step_updates_as_the_plain_step(agent_name):
     priorities and updated parameters up to float rounding.
 
     Adam with epsilon 1 here: where a gradient g is near 0, Adam moves by ~g / (|g| + epsilon)
-    of a step, and with the default epsilon (3.2e-4, 1e-5 after the bias correction) the float
+    of a step, and with an epsilon of 3.2e-4 (1e-5 after the bias correction) the float
     rounding of such a g (XLA fuses and orders the sums differently) turned into up to 18 % of
     a step for one parameter of ResNetAgent (CI, twice in 2 runs). With epsilon 1 the update is
     near-linear in g: the worst of ~10^6 parameters differed by 1e-4 of a step (ResNetAgent and
@@ -140,7 +157,7 @@ def test_the_xla_step_updates_as_the_plain_step(agent_name):
         )
         outputs, priorities = train_step.train_in_minibatches(
             step, batch, np.ones(4, np.float32), 2, np.random.default_rng(1)
-        )
+        )  # minibatches of 2 unrolls
         assert compiled_calls(step, batch, minibatches=2) == (4 if xla else 0)
         results[xla] = outputs, priorities, [v.numpy() for v in agent.trainable_variables]
     (plain_outputs, plain_priorities, plain), (xla_outputs, xla_priorities, xla) = (

@@ -119,9 +119,8 @@ def test_two_learners_learn_cartpole_with_identical_weights(start, spawn, tmp_pa
 def test_two_learners_step_together_on_minibatches_of_replayed_batches(start, spawn, tmp_path):
     """--minibatch_unrolls with replay: each learner's batch (4 on-policy + 4 replayed unrolls once
     the memory fills) is trained in 3 uneven minibatches (its share of 6 unrolls: 3, 3 and 2),
-    one summed step each. Both ranks must
-    take the same steps (a rank with one more allreduce than the other would hang) and end
-    with the same weights."""
+    one summed step each. Both ranks must take the same steps (a rank with one more allreduce
+    than the other would hang) and end with the same weights."""
     flags = [
         *CARTPOLE,
         "--batch_size=4",

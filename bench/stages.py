@@ -33,7 +33,8 @@ trains on each agent step `uses` = (B + replayed) / B times, so on a saturated m
 agent step costs at least env + inference + uses x learner CPU ms, and (`bounds`)
   limit = cores / (env_raw + inference_best + uses x learner_best)   [agent steps/s];
 the same bound from the own stages is `cpu_ceiling`, and `ceiling` = 1 / (1/env + 1/inference
-+ uses/learner) is their rate run one after another.
++ uses/learner) is their rate run one after another. `packing_bound` is the most any system of
+the own actor stages and the learner's measured forms reaches with every core busy.
 """
 
 import concurrent.futures
@@ -485,21 +486,53 @@ def uses_per_agent_step(config):
     return (config.batch_size + replay.replayed_per_batch(config)) / config.batch_size
 
 
-def bounds(stages, uses, learners_rate):
+def bounds(stages, uses, learner_forms):
     """Agent steps/s bounds of a configuration that trains on each agent step `uses` times:
     `limit` from the raw stages, and from the project's own the `cpu_ceiling` (cores busy),
-    the `ceiling` (stages one after another; a stage alone may leave cores idle) and the
-    `learner_ceiling` from `learners_rate`, the trained steps/s of the configuration's learners
-    alone on this host (one: learner_fastest's; several: bench.learner_ranks')."""
+    the `ceiling` (stages one after another; a stage alone may leave cores idle), the
+    `learner_ceiling` (the configuration's learners alone on this host) and the
+    `packing_bound` (packing_bound: every core busy, the learners in their measured forms).
+
+    Args:
+      stages: {stage name: figures} of `measure` (better_of).
+      uses: trainings of each agent step (uses_per_agent_step).
+      learner_forms: [(trained steps/s, CPU ms per trained step)] of the configuration's
+        learners alone on this host, the ways they can run (one: learner_best's and
+        learner_fastest's; several: their ranks under mpirun, bench.learner_ranks).
+    """
 
     def cpu_bound(env, inference, learner):
         cpu_ms = stages[env]["cpu_ms"] + stages[inference]["cpu_ms"]
         return 1e3 * os.cpu_count() / (cpu_ms + uses * stages[learner]["cpu_ms"])
 
     own_rates = (stages["env"]["rate"], stages["inference"]["rate"], stages["learner"]["rate"])
+    actor_ms = stages["env"]["cpu_ms"] + stages["inference"]["cpu_ms"]
     return {
         "limit": cpu_bound("env_raw", "inference_best", "learner_best"),
         "cpu_ceiling": cpu_bound("env", "inference", "learner"),
         "ceiling": 1 / (1 / own_rates[0] + 1 / own_rates[1] + uses / own_rates[2]),
-        "learner_ceiling": learners_rate / uses,
+        "learner_ceiling": max(rate for rate, _ in learner_forms) / uses,
+        "packing_bound": packing_bound(actor_ms, learner_forms, uses, os.cpu_count()),
     }
+
+
+def packing_bound(actor_ms, learner_forms, uses, cores):
+    """The most agent steps/s of a system whose actors cost `actor_ms` CPU ms per agent step
+    (their own stages alone, env + inference) and whose learners run in one of
+    `learner_forms` [(trained steps/s, CPU ms per trained step)], or alternate between two of
+    them, with all `cores` busy and nothing lost to sharing them.
+
+    The limit counts the learner at its cheapest form's CPU, but that form may not be fast
+    enough: one learner on one kernel thread trains at most learner_best's rate, and a faster
+    form (two kernel threads) costs more CPU per trained step. Running learners at trained
+    steps/s r between two forms (r1, c1 cores) and (r2, c2 cores) by alternating them costs
+    c1 + (c2 - c1) (r - r1) / (r2 - r1) cores; below the slowest form, proportionally less.
+    A system of these stages on this machine, however well scheduled, reaches no more.
+    """
+    rates, cpu_ms = zip(*sorted(learner_forms), strict=True)
+    form_cores = [rate * ms / 1e3 for rate, ms in zip(rates, cpu_ms, strict=True)]
+    trained = np.linspace(0.0, rates[-1], 10_001)  # trained steps/s, up to the fastest form
+    learner_cores = np.interp(trained, (0.0, *rates), (0.0, *form_cores))
+    agent_steps = trained / uses
+    fits = agent_steps * actor_ms / 1e3 + learner_cores <= cores
+    return float(agent_steps[fits].max())

@@ -18,6 +18,10 @@ the own stages give the same bound (`CPU ceiling`) and their one-after-another r
 learner: learner_fastest, its step with the machine to itself; several: bench.learner_ranks,
 their ranks under mpirun): no system trains faster than its learners alone, so `learner
 ceiling / limit` is the most of the limit any system of these learners reaches here.
+`packing bound` (stages.packing_bound) adds the actors: the most agent steps/s with every core
+busy, the actors at their own stages' CPU and the learner at learner_best's CPU up to its rate,
+at learner_fastest's (alternating the two) beyond it: the most of the limit any system of these
+actors and learners reaches here, however well it shares the cores.
 Then the real system (experiment.py learners and actors as processes on loopback, several
 learners under one mpirun) runs for a window after a warm-up; its rate is read from the
 learner's `frames N` log lines (absl timestamps) at the start and end of the window: frames
@@ -371,10 +375,18 @@ def main(argv):
     }
     for row, (row_config, learners, _) in zip(results, rows, strict=True):
         row["uses_per_agent_step"] = stages_lib.uses_per_agent_step(row_config)
-        learners_rate = (ranks[learners] if learners > 1 else stages["learner_fastest"])["rate"]
-        row_bounds = stages_lib.bounds(stages, row["uses_per_agent_step"], learners_rate)
-        # The most of the limit a system of these learners can reach on this machine.
-        row["learner_ceiling_over_limit"] = row_bounds["learner_ceiling"] / row_bounds["limit"]
+        if learners > 1:  # their ranks together, each at one learner's cheapest CPU (or more)
+            learner_forms = [(ranks[learners]["rate"], stages["learner_best"]["cpu_ms"])]
+        else:
+            learner_forms = [
+                (stages[form]["rate"], stages[form]["cpu_ms"])
+                for form in ("learner_best", "learner_fastest")
+            ]
+        row_bounds = stages_lib.bounds(stages, row["uses_per_agent_step"], learner_forms)
+        # The most of the limit a system of these learners (and of these actors) can reach on
+        # this machine.
+        for bound in ("learner_ceiling", "packing_bound"):
+            row[f"{bound}_over_limit"] = row_bounds[bound] / row_bounds["limit"]
         for bound, steps_per_s in row_bounds.items():
             row[bound] = steps_per_s
             row[f"achieved_over_{bound}"] = row["agent_steps_per_s"] / steps_per_s
@@ -406,13 +418,17 @@ def main(argv):
         "    CPU ceiling = cores / (env + inference + uses x learner)\n"
         "    ceiling     = 1 / (1/env + 1/inference + uses/learner)\n"
         "    learner ceiling = trained steps/s of the row's learners alone / uses "
-        "(learner_fastest for one)"
+        "(learner_fastest for one)\n"
+        "    packing bound = the most agent steps/s with every core busy: actors at env + "
+        "inference,\n"
+        "      the learner at learner_best's CPU up to its rate and at learner_fastest's beyond "
+        "(several: their ranks')"
     )
     print(
         f"\n{'learners':>8}{'actors':>7}{'replay':>12}{'uses':>5}{'load':>6}{'steps/s':>9}"
         f"{'frames/s':>10}{'learner steps/s':>16}{'limit':>7}{'/limit':>7}{'/ceiling':>9}"
-        f"{'/CPU ceiling':>13}{'learner ceiling /limit':>23}{'queue':>7}{'learner cores':>14}"
-        f"{'actor cores':>12}"
+        f"{'/CPU ceiling':>13}{'learner ceiling /limit':>23}{'packing bound /limit':>21}"
+        f"{'queue':>7}{'learner cores':>14}{'actor cores':>12}"
         f"{'other cores':>12}{'learner peak RSS':>17}{'actor peak RSS':>15}"
         f"{'learner PSS':>12}{'actor PSS':>10}{'total PSS':>10}"
     )
@@ -425,7 +441,8 @@ def main(argv):
             f"{r['learner_steps_per_s']:>16.2f}{r['limit']:>7.0f}"
             f"{r['achieved_over_limit']:>7.2f}{r['achieved_over_ceiling']:>9.2f}"
             f"{r['achieved_over_cpu_ceiling']:>13.2f}"
-            f"{r['learner_ceiling_over_limit']:>23.2f}{r['mean_queue']:>7.1f}"
+            f"{r['learner_ceiling_over_limit']:>23.2f}{r['packing_bound_over_limit']:>21.2f}"
+            f"{r['mean_queue']:>7.1f}"
             f"{r['learner_cores']:>14.2f}{r['actor_cores']:>12.2f}{r['other_cores']:>12.2f}"
             f"{r['learner_peak_rss_mb']:>15.0f}MB{r['actor_peak_rss_mb']:>13.0f}MB"
             f"{r['learner_pss_mb']:>10.0f}MB{r['actor_pss_mb']:>8.0f}MB{r['total_pss_mb']:>8.0f}MB"

@@ -97,9 +97,10 @@ def test_the_throughput_benchmark_measures_every_stage_and_the_replay_row(start,
         # One learner: no faster than its fastest step alone, trained on `uses` times.
         uses, fastest = row["uses_per_agent_step"], result["stages"]["learner_fastest"]["rate"]
         assert row["learner_ceiling"] == pytest.approx(fastest / uses), row
-        assert row["learner_ceiling_over_limit"] == pytest.approx(
-            row["learner_ceiling"] / row["limit"]
-        ), row
+        # ... and with its actors on the same cores, no faster still.
+        assert 0 < row["packing_bound"] <= row["learner_ceiling"], row
+        for bound in ("learner_ceiling", "packing_bound"):
+            assert row[f"{bound}_over_limit"] == pytest.approx(row[bound] / row["limit"]), row
         assert row["learner_peak_rss_mb"] > 0 and row["learner_pss_mb"] > 0, row
         assert row["total_pss_mb"] >= row["learner_pss_mb"] + row["actor_pss_mb"], row
         # Paired rounds: the limit's stages timed while the system was paused, then its window.

@@ -491,7 +491,7 @@ def bounds(stages, uses, learner_forms):
     `limit` from the raw stages, and from the project's own the `cpu_ceiling` (cores busy),
     the `ceiling` (stages one after another; a stage alone may leave cores idle), the
     `learner_ceiling` (the configuration's learners alone on this host) and the
-    `packing_bound` (packing_bound: every core busy, the learners in their measured forms).
+    `packing_bound` (see packing_bound: every core busy, the learners in their measured forms).
 
     Args:
       stages: {stage name: figures} of `measure` (better_of).

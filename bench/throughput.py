@@ -375,7 +375,7 @@ def main(argv):
     }
     for row, (row_config, learners, _) in zip(results, rows, strict=True):
         row["uses_per_agent_step"] = stages_lib.uses_per_agent_step(row_config)
-        if learners > 1:  # their ranks together, each at one learner's cheapest CPU (or more)
+        if learners > 1:  # their ranks' rate together, at one rank's cheapest CPU per step
             learner_forms = [(ranks[learners]["rate"], stages["learner_best"]["cpu_ms"])]
         else:
             learner_forms = [

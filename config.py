@@ -101,8 +101,7 @@ class Config:
         "gradients summed over the learners; 0: one step on each learner's whole batch. Each "
         "step's loss sums over its steps: scale --epsilon and --gradients_clipping with them. "
         "64-step updates took Pong to +18 in 4.6M and 6.0M frames with one learner (two runs), "
-        "in 4.75M with two; "
-        "128-step ones over two learners were at -11 at 4M (bench/README.md).",
+        "in 4.75M with two; 128-step ones over two learners were at -11 at 4M (bench/README.md).",
         lower_bound=0,
     )
 

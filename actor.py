@@ -4,10 +4,8 @@ Loop: pull the learner's parameters (one round trip), act T steps on all N envir
 batched inference (one `tf.function` call per step for all envs), push N unrolls (one enqueue).
 With --parameter_refresh_steps=k the actor also pulls the newest parameters every k steps
 inside an unroll.
-The actor waits for its learner with a log line every few seconds, for at most
---learner_wait_secs; it reconnects the same way if the learner goes away mid-run (e.g. a
-restarted learner resumes from its checkpoint), and exits 0 when the learner closes the queue
-at the end of training.
+Waiting for the learner, reconnecting to a restarted one and giving up are learner_link.py's;
+the actor exits 0 when the learner closes the queue at the end of training.
 """
 
 import time
@@ -18,27 +16,9 @@ import tensorflow as tf
 from absl import logging
 
 import environments
-import transport
 import unrolls
 from agents import AgentOutput
-
-# Errors of a call to the learner that mean it is not (or no longer) there, not initialised yet,
-# or finished: a closed queue fails enqueues with Cancelled/OutOfRange, but a call cut by a
-# restarting learner is cancelled too, so the learner's `finished` flag tells which it was.
-_LEARNER_GONE = (
-    tf.errors.UnavailableError,
-    tf.errors.FailedPreconditionError,
-    tf.errors.AbortedError,
-    tf.errors.DeadlineExceededError,
-    tf.errors.NotFoundError,
-    tf.errors.InternalError,
-    tf.errors.CancelledError,
-    tf.errors.OutOfRangeError,
-)
-
-
-class LearnerUnreachableError(RuntimeError):
-    """The learner did not answer within --learner_wait_secs."""
+from learner_link import LEARNER_GONE
 
 
 def actor_seed(seed, own_address):
@@ -52,51 +32,21 @@ class Actor:
     Args:
       config: config.Config.
       agent: the actor's local agent, variables created.
-      transport: transport.Transport, actor side.
+      link: learner_link.LearnerLink of this actor.
       env: vectorised environment of N envs (environments.create_vector_environment).
       name: for log lines, e.g. "actor 1 (127.0.0.1:9002)".
-      learner_host: HOST:PORT of this worker set's learner.
     """
 
     _LOG_EVERY_SECS = 10
 
-    def __init__(self, config, agent, transport, env, name, learner_host):
+    def __init__(self, config, agent, link, env, name):
         self._config = config
-        self._learner_host = learner_host
         self._agent = agent
         self._parameters = agent.trainable_variables  # Sonnet walks its modules at each access.
-        self._transport = transport
+        self._link = link
+        self._transport = link.transport
         self._env = env
         self._name = name
-
-    def _wait_for_learner(self):
-        """Blocks until the learner answers with initialised parameters; returns them."""
-        start = time.monotonic()
-        last_log = -float("inf")
-        while True:
-            problem = "not listening"
-            if transport.is_listening(self._learner_host):
-                try:
-                    return self._transport.pull_parameters()
-                except _LEARNER_GONE as e:
-                    problem = type(e).__name__
-                    self._transport.reconnect()
-            waited = time.monotonic() - start
-            if waited > self._config.learner_wait_secs:
-                raise LearnerUnreachableError(
-                    f"{self._name}: learner {self._learner_host} not reachable/"
-                    f"initialised after {waited:.0f} s (--learner_wait_secs): {problem}"
-                )
-            if time.monotonic() - last_log >= self._LOG_EVERY_SECS:
-                logging.info(
-                    "%s: waiting for learner %s (%s, %.0f s so far)",
-                    self._name,
-                    self._learner_host,
-                    problem,
-                    waited,
-                )
-                last_log = time.monotonic()
-            time.sleep(1.0)
 
     def _load(self, parameters):
         for variable, value in zip(self._parameters, parameters, strict=True):
@@ -109,11 +59,11 @@ class Actor:
         and its enqueue at the round's end deals with a learner that is gone.
         """
         try:
-            parameters, version = self._transport.pull_parameters()
-        except _LEARNER_GONE:
+            published = self._transport.pull_parameters()
+        except LEARNER_GONE:
             return version
-        self._load(parameters)
-        return version
+        self._load(published.parameters)
+        return published.version
 
     def run(self):
         """Acts until the learner finishes; returns the process exit code."""
@@ -130,8 +80,8 @@ class Actor:
         act = tf.function(self._agent.__call__).get_concrete_function(
             agent_output.action, env_output, core_state
         )
-        parameters, version = self._wait_for_learner()
-        logging.info("%s: connected to learner %s", self._name, self._learner_host)
+        parameters, version, _ = self._link.wait_for_parameters()
+        logging.info("%s: connected to learner %s", self._name, self._link.learner_host)
         refresh_steps = self._config.parameter_refresh_steps
         rounds_sent, last_log, steps_at_log = 0, time.monotonic(), 0
         while True:
@@ -156,19 +106,12 @@ class Actor:
             )
             try:
                 self._transport.enqueue(tf.nest.flatten(unroll))
-                parameters, version = self._transport.pull_parameters()
-            except _LEARNER_GONE as e:
-                if self._learner_finished():
-                    logging.info("%s: learner finished training; exiting", self._name)
+                parameters, version, _ = self._transport.pull_parameters()
+            except LEARNER_GONE as e:
+                published = self._link.parameters_after_loss(e)
+                if published is None:
                     return 0
-                logging.warning(
-                    "%s: lost learner %s (%s); reconnecting",
-                    self._name,
-                    self._learner_host,
-                    type(e).__name__,
-                )
-                parameters, version = self._wait_for_learner()
-                logging.info("%s: reconnected to learner", self._name)
+                parameters, version, _ = published
             rounds_sent += 1  # one unroll of each environment
             if time.monotonic() - last_log >= self._LOG_EVERY_SECS:
                 steps = rounds_sent * num_envs * self._config.unroll_length
@@ -180,12 +123,6 @@ class Actor:
                     version,
                 )
                 last_log, steps_at_log = time.monotonic(), steps
-
-    def _learner_finished(self):
-        try:
-            return self._transport.training_finished()
-        except tf.errors.OpError:
-            return False
 
 
 def create_env(config, own_address):

@@ -4,20 +4,36 @@ Every field of `Config` is also a command-line flag of the same name (`define_fl
 flags and the configuration cannot drift apart; the names follow the original IMPALA/Horovod
 scripts so their users' commands keep working. Processes parse their flags once and pass the
 `Config` built from them (`from_flags`) to the learner, the actor and the loss. The frontend
-forwards every field unchanged to every worker (`flag_args`).
+forwards every field unchanged to every worker (`flag_args`). Each numeric field declares its
+bounds (or why it has none), checked as the flags are parsed: the frontend and every worker
+refuse the same values, naming the flag, before anything starts.
 
   config = Config()                                  # the defaults
   config = dataclasses.replace(config, batch_size=8) # a variation, e.g. in a test
 """
 
 import dataclasses
+import functools
+import math
+import os
+import tempfile
 
 from absl import flags
 
 
-def setting(default, help, choices=None, lower_bound=None, upper_bound=None):  # noqa: A002
+def setting(
+    default,
+    help,  # noqa: A002
+    choices=None,
+    lower_bound=None,
+    upper_bound=None,
+    greater_than=None,
+    less_than=None,
+    unbounded=None,
+):
     """A Config field with its flag help (absl's name) and allowed values: an enum flag's
-    choices, a numeric flag's bounds."""
+    choices; a numeric flag's bounds, inclusive (`lower_bound`, `upper_bound`) or strict
+    (`greater_than`, `less_than`), or `unbounded`: why every value of it has a meaning."""
     return dataclasses.field(
         default=default,
         metadata={
@@ -25,6 +41,9 @@ def setting(default, help, choices=None, lower_bound=None, upper_bound=None):  #
             "choices": choices,
             "lower_bound": lower_bound,
             "upper_bound": upper_bound,
+            "greater_than": greater_than,
+            "less_than": less_than,
+            "unbounded": unbounded,
         },
     )
 
@@ -52,10 +71,10 @@ class Config:
         "Gymnasium id: classic Atari ids (PongNoFrameskip-v4), ALE/Pong-v5, or any env with a "
         "Box observation and a Discrete action space (CartPole-v1, PixelBandit-v0).",
     )
-    width: int = setting(84, "Width of preprocessed Atari frames.")
-    height: int = setting(84, "Height of preprocessed Atari frames.")
+    width: int = setting(84, "Width of preprocessed Atari frames.", lower_bound=1)
+    height: int = setting(84, "Height of preprocessed Atari frames.", lower_bound=1)
     sticky_actions: bool = setting(False, "Atari: repeat_action_probability 0.25.")
-    num_envs_per_actor: int = setting(8, "Environments each actor steps.")
+    num_envs_per_actor: int = setting(8, "Environments each actor steps.", lower_bound=1)
     parameter_refresh_steps: int = setting(
         0,
         "Actors also load the learner's newest parameters every this many steps inside an "
@@ -66,7 +85,8 @@ class Config:
         "with.",
         lower_bound=0,
     )
-    seed: int = setting(1, "Random seed (offset per actor and env).")
+    # Non-negative: numpy's generators refuse negative seeds.
+    seed: int = setting(1, "Random seed (offset per actor and env).", lower_bound=0)
 
     # Agent and training schedule.
     agent_name: str = setting("SimpleConvNetAgent", "See agents.AGENTS.")
@@ -79,11 +99,14 @@ class Config:
     total_environment_frames: int = setting(
         10_000_000,
         "Environment frames (agent steps x action repeat, summed over all learners) to train for.",
+        lower_bound=1,
     )
-    batch_size: int = setting(2, "On-policy unrolls per learner batch.")
-    unroll_length: int = setting(32, "Agent steps T per unroll.")
+    batch_size: int = setting(2, "On-policy unrolls per learner batch.", lower_bound=1)
+    unroll_length: int = setting(32, "Agent steps T per unroll.", lower_bound=1)
     queue_capacity: int = setting(
-        8, "Unrolls the learner's queue holds; with the prefetched batch it bounds the policy lag."
+        8,
+        "Unrolls the learner's queue holds; with the prefetched batch it bounds the policy lag.",
+        lower_bound=1,
     )
     xla: str = setting(
         "auto",
@@ -106,19 +129,22 @@ class Config:
     )
 
     # Loss.
-    entropy_cost: float = setting(0.01, "Entropy cost.")
-    baseline_cost: float = setting(0.5, "Baseline cost.")
-    discounting: float = setting(0.99, "Discount factor.")
+    entropy_cost: float = setting(0.01, "Entropy cost.", lower_bound=0.0)
+    baseline_cost: float = setting(0.5, "Baseline cost.", lower_bound=0.0)
+    discounting: float = setting(0.99, "Discount factor.", lower_bound=0.0, upper_bound=1.0)
     vtrace_lambda: float = setting(
         0.95,
         "V-trace's lambda (c_i = lambda * min(1, rho_i)): on-policy its targets are "
         "lambda-returns; 1 is the IMPALA paper's V-trace.",
+        lower_bound=0.0,
+        upper_bound=1.0,
     )
     normalize_advantages: bool = setting(
         True,
         "Scale the policy-gradient advantages of each batch to zero mean and unit standard "
         "deviation (as PPO does), so that the policy's step does not shrink with the rewards.",
     )
+    # Below 1: the ratio's lower clip, 1 - this, stays positive.
     policy_clip: float = setting(
         0.1,
         "PPO's clipped surrogate in place of IMPALA's policy gradient: the ratio pi/mu of each "
@@ -126,6 +152,8 @@ class Config:
         "values stored by the actor, as PPO's (APPO and IMPACT do the same with V-trace value "
         "targets); keeps reused experience (replay, --epochs in bench.inprocess) from moving "
         "the policy too far; 0: off.",
+        lower_bound=0.0,
+        less_than=1.0,
     )
     reward_clipping: str = setting(
         "abs_one", "How the learner clips rewards.", choices=["abs_one", "soft_asymmetric"]
@@ -138,44 +166,56 @@ class Config:
         "epsilon), betas 0.9 and 0.999).",
         choices=["rmsprop", "adam"],
     )
-    learning_rate: float = setting(2.5e-4, "Initial learning rate.")
-    decay: float = setting(0.99, "RMSProp decay (rho).")
-    momentum: float = setting(0.0, "RMSProp momentum.")
+    learning_rate: float = setting(2.5e-4, "Initial learning rate.", greater_than=0.0)
+    # Below 1: at 1 the mean square never moves from its start.
+    decay: float = setting(0.99, "RMSProp decay (rho).", lower_bound=0.0, less_than=1.0)
+    # Below 1: at 1 or more past gradients never fade and the steps grow without bound.
+    momentum: float = setting(0.0, "RMSProp momentum.", lower_bound=0.0, less_than=1.0)
     epsilon: float = setting(
         6.4e-4,
         "The optimizer's epsilon; the losses are sums over the steps of an update (all "
         "learners' minibatches), so a mean-loss epsilon times those steps (PPO's 1e-5 x 64; "
         "the IMPALA paper's RMSProp: 0.01, inside the root).",
+        greater_than=0.0,
     )
     gradients_clipping: float = setting(
         32.0,
         "Global-norm gradient clipping (of the summed loss: PPO's 0.5 x 64 steps per "
         "update); negative = off.",
+        unbounded="a positive value is the clipping norm, any other turns clipping off",
     )
 
     # Experience replay (replay.py): each learner replays its own actors' unrolls.
     replay_size: int = setting(
-        64, "Unrolls each learner's replay memory holds; 0: no replay (plain IMPALA)."
+        64,
+        "Unrolls each learner's replay memory holds; 0: no replay (plain IMPALA).",
+        lower_bound=0,
     )
     replay_ratio: float = setting(
         3.0,
         "Replayed unrolls per on-policy unroll: a batch holds --batch_size on-policy unrolls and "
         "round(batch_size * replay_ratio) replayed ones (once the memory holds "
         "max(that, replay_size // 10)).",
+        lower_bound=0.0,
     )
     replay_prioritized: bool = setting(
         False, "Sample replayed unrolls by priority (their V-trace errors), not uniformly."
     )
-    replay_alpha: float = setting(0.6, "Prioritized replay: priority exponent alpha.")
+    replay_alpha: float = setting(
+        0.6, "Prioritized replay: priority exponent alpha.", lower_bound=0.0
+    )
     replay_beta: float = setting(
         0.4,
         "Prioritized replay: importance-sampling exponent beta at the start, annealed linearly "
         "to 1 over total_environment_frames.",
+        lower_bound=0.0,
+        upper_bound=1.0,
     )
     replay_trust_region: float = setting(
         0.0,
         "LASER's trust region: steps whose behaviour policy is further than this KL(mu || pi) "
         "from the current policy are left out of the V-trace targets; 0: off.",
+        lower_bound=0.0,
     )
 
     # Operations.
@@ -213,12 +253,15 @@ class Config:
         "both wait. 2 learners + 2 actors on 2 cores +10 % frames/s (bench/README.md). One "
         "learner on a host keeps every core.",
     )
-    checkpoint_secs: int = setting(300, "Seconds between checkpoints.")
-    log_secs: int = setting(10, "Seconds between learner log lines.")
+    checkpoint_secs: int = setting(300, "Seconds between checkpoints.", lower_bound=1)
+    log_secs: int = setting(
+        10, "Seconds between learner log lines; 0: after every step.", lower_bound=0
+    )
     batch_timeout_secs: int = setting(
         300,
         "A learner that gets no batch from its actors for this long logs an error and shuts the "
         "whole job down (so other learners never hang inside an allreduce).",
+        lower_bound=1,
     )
     step_timeout_secs: int = setting(
         900,
@@ -228,15 +271,34 @@ class Config:
         "checkpoint; 0: no limit.",
         lower_bound=0,
     )
+    # At least 1: at 0 an actor gives up at its first look at a learner still starting.
     learner_wait_secs: int = setting(
         600,
-        "How long an actor waits for its learner (at start and after losing it) before giving up.",
+        "How long an actor waits for its learner (at start and after losing it) before giving up "
+        "(exit 2: the frontend's supervisor restarts it); a learner waits at least as long for "
+        "its first batch.",
+        lower_bound=1,
     )
-    test_num_episodes: int = setting(10, "Episodes played in --mode=test.")
+    test_num_episodes: int = setting(10, "Episodes played in --mode=test.", lower_bound=1)
     test_action_selection: str = setting(
         "sample",
-        "--mode=test: sample from the policy or take its most likely action.",
+        "--mode=test and the evaluator: sample from the policy or take its most likely action.",
         choices=["sample", "greedy"],
+    )
+
+    # Evaluation during training (the evaluator job, evaluation.py).
+    eval_interval_frames: int = setting(
+        500_000,
+        "The evaluator plays --eval_games full games with the newest parameters every this many "
+        "environment frames of training (over all learners), and with the final ones.",
+        lower_bound=1,
+    )
+    eval_games: int = setting(5, "Full games of each evaluation.", lower_bound=1)
+    eval_video_every: int = setting(
+        5,
+        "The evaluator records the first game of every this many evaluations as an MP4 in "
+        "<logdir>/videos; 0: none.",
+        lower_bound=0,
     )
 
 
@@ -279,6 +341,32 @@ def learner_minibatch_unrolls(minibatch_unrolls, num_learners):
     return max(1, minibatch_unrolls // num_learners) if minibatch_unrolls else 0
 
 
+def check_logdir(logdir, writable=True):
+    """Raises ConfigError, naming --logdir, the path and why, unless `logdir` is a directory (or
+    could be made one) that this process can write in (only read: not `writable`).
+
+    Creates nothing: writing is probed with a temporary directory in `logdir`, or in its
+    nearest existing parent, removed at once."""
+    if not logdir:
+        raise ConfigError("--logdir is empty: give the directory for checkpoints and summaries")
+    path = os.path.abspath(logdir)
+    existing = path
+    while not os.path.exists(existing):
+        existing = os.path.dirname(existing)
+    if not os.path.isdir(existing):
+        what = "it is a file" if existing == path else f"{existing} is a file"
+        raise ConfigError(f"--logdir={logdir}: {what}, not a directory")
+    if not writable:
+        return
+    try:
+        with tempfile.TemporaryDirectory(prefix=".logdir_check_", dir=existing):
+            pass
+    except OSError as e:
+        raise ConfigError(
+            f"--logdir={logdir}: not writable: cannot create anything in {existing} ({e.strerror})"
+        ) from e
+
+
 FIELDS = dataclasses.fields(Config)
 NAMES = tuple(field.name for field in FIELDS)
 
@@ -290,17 +378,46 @@ _DEFINE = {
 }
 
 
+def is_number(field):
+    """Whether `field` is a numeric setting (bool, though an int, is not)."""
+    return field.type in (int, float)
+
+
+def _check_number(field, value):
+    """absl validator of a numeric field: a finite value within its strict bounds (absl itself
+    checks the inclusive ones)."""
+    greater_than, less_than = field.metadata["greater_than"], field.metadata["less_than"]
+    if not math.isfinite(value):
+        raise flags.ValidationError(f"{value} is not a finite number")
+    if greater_than is not None and not value > greater_than:
+        raise flags.ValidationError(f"{value} is not greater than {greater_than:g}")
+    if less_than is not None and not value < less_than:
+        raise flags.ValidationError(f"{value} is not less than {less_than:g}")
+    return True
+
+
+def _help(field):
+    """The flag's help: the field's, with its strict bounds (absl adds the inclusive ones)."""
+    strict = [
+        f"{relation} {field.metadata[key]:g}"
+        for key, relation in (("greater_than", "greater than"), ("less_than", "less than"))
+        if field.metadata[key] is not None
+    ]
+    return field.metadata["help"] + (f" ({', '.join(strict)})" if strict else "")
+
+
 def define_flags(flag_values=flags.FLAGS):
-    """Defines one flag per Config field (idempotent: flags already defined are kept)."""
+    """Defines one flag per Config field, its allowed values checked as the flags are parsed
+    (idempotent: flags already defined are kept)."""
     for field in FIELDS:
         if field.name in flag_values:
             continue
-        help_text, choices = field.metadata["help"], field.metadata["choices"]
+        help_text, choices = _help(field), field.metadata["choices"]
         if choices:
             flags.DEFINE_enum(
                 field.name, field.default, choices, help_text, flag_values=flag_values
             )
-        elif field.metadata["lower_bound"] is not None:
+        elif is_number(field):
             _DEFINE[field.type](
                 field.name,
                 field.default,
@@ -308,6 +425,9 @@ def define_flags(flag_values=flags.FLAGS):
                 lower_bound=field.metadata["lower_bound"],
                 upper_bound=field.metadata["upper_bound"],
                 flag_values=flag_values,
+            )
+            flags.register_validator(
+                field.name, functools.partial(_check_number, field), flag_values=flag_values
             )
         else:
             _DEFINE[field.type](field.name, field.default, help_text, flag_values=flag_values)

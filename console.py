@@ -1,25 +1,51 @@
 """The frontend's console: what it prints, with every secret (an SSH password) masked."""
 
 import contextlib
+import re
 import sys
 
 MASK = "********"
 
 
+def _whole_token(secret):
+    """A regex matching `secret` only where it stands whole, not inside a longer word.
+
+    A secret that begins (ends) with a letter, digit or '_' must not be preceded (followed) by
+    one: a password that is also part of a port number or flag is left there, so masking
+    neither garbles the text nor reveals, by what it hides, what the password is.
+    """
+    before = r"(?<!\w)" if re.match(r"\w", secret[0]) else ""
+    after = r"(?!\w)" if re.match(r"\w", secret[-1]) else ""
+    return before + re.escape(secret) + after
+
+
+def mask_pattern(secrets):
+    """One regex for every non-empty secret, longest first (a secret inside another goes whole).
+
+    The mask itself is one of the alternatives, so that masking text again leaves it as it is.
+    """
+    alternatives = sorted({MASK, *filter(None, secrets)}, key=len, reverse=True)
+    return re.compile("|".join(map(_whole_token, alternatives)))
+
+
+def mask(text, secrets):
+    """`text` with every whole occurrence of each of `secrets` replaced by MASK."""
+    return mask_pattern(secrets).sub(MASK, text)
+
+
 class Console:
-    """Prints, with every secret replaced by '********'."""
+    """Prints, with every secret replaced by '********' wherever it stands whole."""
 
     def __init__(self):
-        self._secrets = []
+        self._secrets = set()
+        self._pattern = mask_pattern(())
 
     def add_secrets(self, secrets):
-        # Longest first, so a secret that contains another is masked whole.
-        self._secrets = sorted({*self._secrets, *filter(None, secrets)}, key=len, reverse=True)
+        self._secrets.update(filter(None, secrets))
+        self._pattern = mask_pattern(self._secrets)
 
     def mask(self, text):
-        for secret in self._secrets:
-            text = text.replace(secret, MASK)
-        return text
+        return self._pattern.sub(MASK, text)
 
     def say(self, text="", file=None):
         # A closed terminal (after SIGHUP) or pipe: go on without output.

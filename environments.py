@@ -16,6 +16,12 @@ uses and `AtariEnvironment` reimplements frame by frame in Python):
   - episodic life in training: a lost life is `done` for learning, but the game just goes on
     (no reset, no hidden steps) and the StepOutputInfo statistics cover the whole game;
   - a game is also over after 108000 frames (30 minutes of play).
+
+Screens, for videos: a single environment's `screen()` is its native RGB screen, uint8 [H, W, 3]
+(the emulator's 210x160 for Atari, not the preprocessed observation; for Gymnasium envs their
+`rgb_array` rendering, made with `screens=True`), and `screen_fps` the screens per second of
+real play at one screen per agent step. A vector environment made with `screens=True` shows its
+environment 0's.
 """
 
 import collections
@@ -27,6 +33,7 @@ import cv2
 import gymnasium as gym
 import numpy as np
 from ale_py.vector_env import AtariVectorEnv
+from gymnasium.envs.registration import load_env_creator
 
 import pixel_games  # noqa: F401 - registers PixelBandit-v0 and PixelCatch-v0 with Gymnasium.
 
@@ -53,6 +60,8 @@ ACTION_REPEAT = 4
 FRAME_STACK = 4
 NOOP_MAX = 30
 MAX_FRAMES_PER_GAME = 108_000
+ATARI_FRAMES_PER_SECOND = 60  # the console's (NTSC) frame rate
+DEFAULT_RENDER_FPS = 50  # for Gymnasium envs whose metadata states no render_fps
 
 # Classic gym Atari ids; the suffix only names the game: this module's arguments decide frame
 # skipping and sticky actions.
@@ -156,11 +165,25 @@ class _SingleEnvironment:
         return StepOutput(np.float32(reward), info, np.bool_(game_over or life_lost), observation)
 
 
-class GymEnvironment(_SingleEnvironment):
-    """Any Gymnasium environment with a Box observation and Discrete actions, e.g. CartPole-v1."""
+def _renders_rgb(level_name):
+    """Whether the registered Gymnasium env `level_name` declares the `rgb_array` render mode."""
+    entry_point = gym.spec(level_name).entry_point
+    creator = entry_point if callable(entry_point) else load_env_creator(entry_point)
+    return "rgb_array" in getattr(creator, "metadata", {}).get("render_modes", [])
 
-    def __init__(self, level_name, seed):
-        self._env = gym.make(level_name)
+
+class GymEnvironment(_SingleEnvironment):
+    """Any Gymnasium environment with a Box observation and Discrete actions, e.g. CartPole-v1.
+
+    screens: made with render_mode="rgb_array", so that `screen()` works.
+    """
+
+    def __init__(self, level_name, seed, screens=False):
+        if screens and not _renders_rgb(level_name):
+            raise UnknownEnvironmentError(
+                f"{level_name!r} has no 'rgb_array' render mode: it shows no screen to record."
+            )
+        self._env = gym.make(level_name, **({"render_mode": "rgb_array"} if screens else {}))
         observation_space, action_space = self._env.observation_space, self._env.action_space
         if not isinstance(action_space, gym.spaces.Discrete) or action_space.start != 0:
             raise UnknownEnvironmentError(
@@ -174,6 +197,7 @@ class GymEnvironment(_SingleEnvironment):
             )
         self.num_actions = int(action_space.n)
         self.observation_spec = (observation_space.shape, observation_space.dtype)
+        self.screen_fps = self._env.metadata.get("render_fps") or DEFAULT_RENDER_FPS
         self._seed = seed
 
     def _reset(self):
@@ -184,6 +208,10 @@ class GymEnvironment(_SingleEnvironment):
     def _act(self, action):
         observation, reward, terminated, truncated, _ = self._env.step(action)
         return reward, terminated or truncated, False, observation
+
+    def screen(self):
+        """The current RGB screen, uint8 [H, W, 3] (e.g. [400, 600, 3] for CartPole)."""
+        return self._env.render()
 
     def close(self):
         self._env.close()
@@ -215,6 +243,7 @@ class AtariEnvironment(_SingleEnvironment):
         self._size = (settings.width, settings.height)
         self.num_actions = len(self._action_set)
         self.observation_spec = (settings.frame_shape, np.dtype(np.uint8))
+        self.screen_fps = ATARI_FRAMES_PER_SECOND / ACTION_REPEAT
         self._seed = seed
         self._rng = np.random.default_rng(seed)
         self._last_two_frames = np.zeros((2, *self._ale.getScreenDims()), np.uint8)
@@ -259,6 +288,10 @@ class AtariEnvironment(_SingleEnvironment):
         life_lost = self._episodic_life and 0 < lives < previous_lives
         return reward, game_over, life_lost, self._push_frame()
 
+    def screen(self):
+        """The emulator's current RGB screen, uint8 [210, 160, 3]."""
+        return self._ale.getScreenRGB()
+
     def close(self):
         self._env.close()
 
@@ -278,6 +311,7 @@ class BatchedEnvironment:
         self.num_envs = len(environments)
         self.num_actions = environments[0].num_actions
         self.observation_spec = environments[0].observation_spec
+        self.screen_fps = environments[0].screen_fps
 
     def initial(self):
         return _stack([environment.initial() for environment in self._environments])
@@ -288,6 +322,10 @@ class BatchedEnvironment:
         return _stack(
             [env.step(action) for env, action in zip(self._environments, actions, strict=True)]
         )
+
+    def screen(self):
+        """Environment 0's current RGB screen, uint8 [H, W, 3]."""
+        return self._environments[0].screen()
 
     def close(self):
         for environment in self._environments:
@@ -366,28 +404,48 @@ class AtariVectorEnvironment:
         self._env.close()
 
 
-def create_environment(level_name, seed, is_test=False, width=84, height=84, sticky_actions=False):
+def create_environment(
+    level_name, seed, is_test=False, width=84, height=84, sticky_actions=False, screens=False
+):
     """One environment. `width`, `height`, `sticky_actions` apply to Atari only.
 
     is_test: Atari without episodic life (a `done` is a game over), for evaluation.
+    screens: Gymnasium envs made able to render `screen()` (Atari ones always are).
     """
     if atari_id(level_name):
         return AtariEnvironment(
             AtariSettings(level_name, is_test, width, height, sticky_actions), seed
         )
     if level_name in gym.registry:
-        return GymEnvironment(level_name, seed)
+        return GymEnvironment(level_name, seed, screens)
     raise _unknown_level_error(level_name)
 
 
 def create_vector_environment(
-    level_name, num_envs, seed, is_test=False, width=84, height=84, sticky_actions=False
+    level_name,
+    num_envs,
+    seed,
+    is_test=False,
+    width=84,
+    height=84,
+    sticky_actions=False,
+    screens=False,
 ):
-    """num_envs environments with seeds seed + i, stepped together: StepOutputs of [B] arrays."""
-    if atari_id(level_name):
+    """num_envs environments with seeds seed + i, stepped together: StepOutputs of [B] arrays.
+
+    screens: with `screen()` and `screen_fps` of environment 0; Atari games are then
+    AtariEnvironments stepped in this process (the C++ vector env shows no screen), whose
+    no-op starts draw from another random stream than the C++ env's.
+    """
+    if atari_id(level_name) and not screens:
         return AtariVectorEnvironment(
             AtariSettings(level_name, is_test, width, height, sticky_actions), num_envs, seed
         )
     return BatchedEnvironment(
-        [create_environment(level_name, seed + i, is_test) for i in range(num_envs)]
+        [
+            create_environment(
+                level_name, seed + i, is_test, width, height, sticky_actions, screens
+            )
+            for i in range(num_envs)
+        ]
     )

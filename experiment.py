@@ -5,6 +5,9 @@
         --learner_host=10.0.0.1:8000 --actor_hosts=10.0.0.2:8001,10.0.0.3:8002 [training flags]
   Actor j of that worker set:
     python experiment.py --job_name=actor --task=j --learner_host=... --actor_hosts=... [...]
+  Its evaluator (optional; every process of the set is then also given --evaluator_host):
+    python experiment.py --job_name=evaluator --evaluator_host=10.0.0.4:8003 --learner_host=...
+  (or --cluster_file=PATH in place of the address flags, as the frontend does)
   Evaluation of the latest checkpoint in --logdir:
     python experiment.py --mode=test --level_name=... --agent_name=... --logdir=...
 
@@ -15,6 +18,7 @@ the original IMPALA/Horovod scripts' names. This module parses them once and pas
 import ipaddress
 import os
 import sys
+import traceback
 
 import allocator
 
@@ -35,21 +39,40 @@ from absl import app, flags, logging
 
 import agents
 import checkpointing
+import cluster_file
 import config as config_lib
 import environments
+import evaluation
 import priorities
 import replay
 import transport
 import unrolls
-from actor import Actor, LearnerUnreachableError, actor_seed, create_env
+import video
+from actor import Actor, actor_seed, create_env
+from learner import DivergedError, Learner
+from learner_link import LearnerLink, LearnerUnreachableError
 
 FLAGS = flags.FLAGS
 config_lib.define_flags(FLAGS)
-flags.DEFINE_enum("job_name", "learner", ["learner", "actor"], "Role of this process.")
-flags.DEFINE_integer("task", 0, "Task index within the job (actor j of this worker set).")
+flags.DEFINE_enum("job_name", "learner", ["learner", "actor", "evaluator"], "Role of this process.")
+flags.DEFINE_integer("task", 0, "Task index within the job: actor j of this worker set; 0 else.")
 flags.DEFINE_string("learner_host", "localhost:8000", "HOST:PORT of this worker set's learner.")
 flags.DEFINE_list("actor_hosts", [], "HOST:PORT of each actor of this worker set.")
+flags.DEFINE_string(
+    "evaluator_host", "", "HOST:PORT of this worker set's evaluator, if it has one."
+)
+flags.DEFINE_string(
+    "cluster_file",
+    "",
+    "File of the worker set's addresses (cluster_file.py): replaces --learner_host, "
+    "--actor_hosts and --evaluator_host.",
+)
 flags.DEFINE_enum("mode", "train", ["train", "test"], "Train, or evaluate the latest checkpoint.")
+flags.DEFINE_string(
+    "record_video",
+    "",
+    "--mode=test: a video of every test game, as DIR/<level>-<frames>[-game<k>].mp4.",
+)
 
 
 class UsageError(ValueError):
@@ -87,15 +110,42 @@ def _unroll_spec(config, agent, observation_spec, num_actions):
     )
 
 
-def _cluster_transport(config, agent, observation_spec, num_actions):
-    """Validates the cluster flags, starts this process's server and the shared transport."""
-    if FLAGS.job_name == "actor" and not 0 <= FLAGS.task < len(FLAGS.actor_hosts):
+def _cluster_addresses():
+    """This worker set's (learner HOST:PORT, actor HOST:PORTs, evaluator HOST:PORT or None):
+    from --cluster_file if given, else from --learner_host, --actor_hosts and --evaluator_host;
+    checked against --job_name and --task."""
+    if not FLAGS.cluster_file:
+        learner_host, actor_hosts, source = FLAGS.learner_host, FLAGS.actor_hosts, "--actor_hosts"
+        evaluator_host, evaluator_source = FLAGS.evaluator_host or None, "--evaluator_host"
+    elif any(FLAGS[name].present for name in ("learner_host", "actor_hosts", "evaluator_host")):
         raise UsageError(
-            f"--task={FLAGS.task}: no such actor in --actor_hosts ({len(FLAGS.actor_hosts)} given)"
+            "--cluster_file and --learner_host/--actor_hosts/--evaluator_host: give one or the "
+            "other"
         )
-    if FLAGS.job_name == "learner" and FLAGS.task != 0:
-        raise UsageError(f"--task={FLAGS.task}: a worker set has one learner, task 0")
-    spec = transport.cluster_spec(FLAGS.learner_host, FLAGS.actor_hosts)
+    else:
+        try:
+            learner_host, actor_hosts, evaluator_host = cluster_file.read(FLAGS.cluster_file)
+        except (OSError, cluster_file.ClusterFileError) as e:
+            raise UsageError(f"--cluster_file: {e}") from e
+        source = f"--cluster_file={FLAGS.cluster_file}"
+        evaluator_source = f"an 'evaluator HOST:PORT' line in {source}"
+    if FLAGS.job_name == "actor" and not 0 <= FLAGS.task < len(actor_hosts):
+        raise UsageError(
+            f"--task={FLAGS.task}: no such actor in {source} ({len(actor_hosts)} given)"
+        )
+    if FLAGS.job_name in ("learner", "evaluator") and FLAGS.task != 0:
+        raise UsageError(f"--task={FLAGS.task}: a worker set has one {FLAGS.job_name}, task 0")
+    if FLAGS.job_name == "evaluator" and evaluator_host is None:
+        raise UsageError(f"--job_name=evaluator: no evaluator address; give {evaluator_source}")
+    return learner_host, actor_hosts, evaluator_host
+
+
+def _cluster_transport(
+    config, agent, observation_spec, num_actions, learner_host, actor_hosts, evaluator_host
+):
+    """Starts this process's server in the worker set's cluster (the same for all its processes:
+    learner, actors and evaluator) and the shared transport."""
+    spec = transport.cluster_spec(learner_host, actor_hosts, evaluator_host)
     server = transport.start_server(spec, FLAGS.job_name, FLAGS.task)
     unroll_spec = _unroll_spec(config, agent, observation_spec, num_actions)
     parameter_specs = [(v.shape, v.dtype) for v in agent.trainable_variables]
@@ -115,7 +165,9 @@ def kernel_threads(config, job_name, learners_on_host=1, actors_on_host=False):
     wait for one another's shards; on a host whose cores the actors also need, that waiting
     is CPU they lose. The default step on 2 cores, alone: 0.55-0.59 CPU ms per trained step
     with one kernel thread against 0.67-0.70 with two; 1 learner + 2 actors +4.9 % frames/s
-    (bench/README.md)."""
+    (bench/README.md). The evaluator always takes one: its games must not slow training."""
+    if job_name == "evaluator":
+        return 1
     if config.intra_op_threads:
         return config.intra_op_threads
     if job_name == "actor":
@@ -130,7 +182,7 @@ def actors_share_host(learner_host, actor_hosts):
     and another way for an actor counts as another host."""
 
     def host_of(address, flag_name):
-        host = transport.parse_host_port(address, flag_name)[0].strip("[]").lower()
+        host = transport.parse_host_port(address, flag_name)[0].lower()
         try:
             return "loopback" if ipaddress.ip_address(host).is_loopback else host
         except ValueError:  # a name, not an address
@@ -143,11 +195,10 @@ def actors_share_host(learner_host, actor_hosts):
 def scheduling_threads(job_name):
     """TF's inter-op (scheduling) threads of a worker; 0: TF's default, one per core.
 
-    One for an actor: its inference is a chain of small ops, which one thread runs in turn
-    instead of handing each to a pool thread that must be woken (inference at batch 8: 0.266
-    against 0.295 CPU ms per agent step; 1 learner + 2 actors +2.6 % frames/s, bench/README.md).
+    One for an actor or the evaluator: inference is a chain of small ops, which one thread runs
+    in turn instead of handing each to a pool thread that must be woken (bench/README.md).
     The learner's step has independent ops to run side by side (one thread cost it 6 %)."""
-    return 1 if job_name == "actor" else 0
+    return 0 if job_name == "learner" else 1
 
 
 def thread_pools(config, job_name, learners_on_host=1, actors_on_host=False):
@@ -175,11 +226,20 @@ def size_thread_pools(worker, pools):
 def train_learner(config):
     import horovod.tensorflow as hvd  # Actors and evaluation never need MPI.
 
-    from learner import Learner
-
     hvd.init()
+    try:
+        return _train_learner_rank(config, hvd)
+    finally:
+        hvd.shutdown()  # MPI_Finalize, which mpirun expects of a rank before it exits
+
+
+def _train_learner_rank(config, hvd):
+    """This learner's part of training, once Horovod is initialised; returns the exit code."""
+    if hvd.rank() == 0:  # the learner that writes checkpoints and summaries
+        config_lib.check_logdir(config.logdir)
+    learner_host, actor_hosts, evaluator_host = _cluster_addresses()
     priorities.raise_learner_priority(config.learner_realtime)  # Horovod's threads stay normal.
-    actors_on_host = actors_share_host(FLAGS.learner_host, FLAGS.actor_hosts)
+    actors_on_host = actors_share_host(learner_host, actor_hosts)
     size_thread_pools("learner", thread_pools(config, "learner", hvd.local_size(), actors_on_host))
     priorities.pin_learner(config.pin_learners, hvd.local_rank(), hvd.local_size())
     agent, observation_spec, num_actions, frames_per_step = build_agent(config)
@@ -188,59 +248,86 @@ def train_learner(config):
         config.replay_size, _unroll_spec(config, agent, observation_spec, num_actions)
     )
     tf.random.set_seed(config.seed + hvd.rank())
-    link = _cluster_transport(config, agent, observation_spec, num_actions)
-    return Learner(config, hvd, agent, link, frames_per_step, FLAGS.actor_hosts).run()
+    link = _cluster_transport(
+        config, agent, observation_spec, num_actions, learner_host, actor_hosts, evaluator_host
+    )
+    return Learner(config, hvd, agent, link, frames_per_step, actor_hosts).run()
 
 
 def train_actor(config):
-    priorities.lower_actor_priority(config.actor_niceness)
+    learner_host, actor_hosts, evaluator_host = _cluster_addresses()
+    priorities.lower_priority("actor", config.actor_niceness)
     size_thread_pools("actor", thread_pools(config, "actor"))
-    own_address = FLAGS.actor_hosts[FLAGS.task] if FLAGS.task < len(FLAGS.actor_hosts) else ""
+    own_address = actor_hosts[FLAGS.task]
     tf.random.set_seed(actor_seed(config.seed, own_address))
     agent, observation_spec, num_actions, _ = build_agent(config)
-    link = _cluster_transport(config, agent, observation_spec, num_actions)
+    link = _cluster_transport(
+        config, agent, observation_spec, num_actions, learner_host, actor_hosts, evaluator_host
+    )
     env = create_env(config, own_address)
     name = f"actor {FLAGS.task} ({own_address})"
     try:
-        return Actor(config, agent, link, env, name, FLAGS.learner_host).run()
+        learner = LearnerLink(link, learner_host, config.learner_wait_secs, name)
+        return Actor(config, agent, learner, env, name).run()
     finally:
         env.close()
+        link.close()
+
+
+def evaluate_during_training(config):
+    """The evaluator of this worker set (evaluation.Evaluator): games with the learner's newest
+    parameters, on one TF kernel thread on CPU nothing else wants; returns the exit code."""
+    learner_host, actor_hosts, evaluator_host = _cluster_addresses()
+    config_lib.check_logdir(config.logdir)
+    priorities.run_when_idle("evaluator")
+    size_thread_pools("evaluator", thread_pools(config, "evaluator"))
+    tf.random.set_seed(config.seed)
+    agent, observation_spec, num_actions, frames_per_step = build_agent(config)
+    link = _cluster_transport(
+        config, agent, observation_spec, num_actions, learner_host, actor_hosts, evaluator_host
+    )
+    env = evaluation.create_env(config, screens=config.eval_video_every > 0)
+    name = f"evaluator ({evaluator_host})"
+    try:
+        player = evaluation.GamePlayer(agent, env, config.test_action_selection)
+        learner = LearnerLink(link, learner_host, config.learner_wait_secs, name)
+        return evaluation.Evaluator(config, agent, learner, player, frames_per_step, name).run()
+    finally:
+        env.close()
+        link.close()
 
 
 def evaluate(config):
-    """Plays --test_num_episodes full games with the latest checkpoint; prints the returns."""
+    """Plays --test_num_episodes full games with the latest checkpoint; prints the returns.
+
+    With --record_video, each game's native screens go to a video (video.GameRecorder); an
+    Atari game is then played by environments.AtariEnvironment, not the C++ vector env."""
+    config_lib.check_logdir(config.logdir, writable=False)
     agent, _, _, _ = build_agent(config)
     path = checkpointing.restore_for_evaluation(config.logdir, agent=agent)
     logging.info("evaluating %s (%s actions)", path, config.test_action_selection)
-    env = environments.create_vector_environment(
-        config.level_name,
-        num_envs=1,
-        seed=config.seed,
-        is_test=True,
-        width=config.width,
-        height=config.height,
-        sticky_actions=config.sticky_actions,
-    )
-    act = tf.function(agent.__call__)
-    tf.random.set_seed(config.seed)
-    returns = []
-    env_output = env.initial()
-    last_action = np.zeros([1], np.int32)
-    core_state = agent.initial_state(1)
-    while len(returns) < config.test_num_episodes:
-        agent_output, core_state = act(last_action, env_output, core_state)
-        if config.test_action_selection == "greedy":
-            last_action = np.argmax(agent_output.policy_logits.numpy(), axis=-1).astype(np.int32)
-        else:
-            last_action = agent_output.action.numpy()
-        env_output = env.step(last_action)
-        if env_output.info.game_over[0]:
-            returns.append(float(env_output.info.episode_return[0]))
-            print(
-                f"episode {len(returns)}: return {returns[-1]:.1f} "
-                f"({int(env_output.info.episode_step[0])} steps)",
-                flush=True,
+    env = evaluation.create_env(config, screens=bool(FLAGS.record_video))
+    recorder = None
+    if FLAGS.record_video:
+        frames = tf.train.load_variable(path, "environment_frames/.ATTRIBUTES/VARIABLE_VALUE")
+        try:
+            recorder = video.GameRecorder(
+                FLAGS.record_video,
+                config.level_name,
+                int(frames),
+                config.test_num_episodes,
+                env.screen_fps,
             )
+        except video.VideoError as e:
+            raise UsageError(f"--record_video: {e}") from e
+    tf.random.set_seed(config.seed)
+    player = evaluation.GamePlayer(agent, env, config.test_action_selection)
+    returns = []
+    for episode_return, steps in player.games(config.test_num_episodes, recorder):
+        returns.append(episode_return)
+        print(f"episode {len(returns)}: return {episode_return:.1f} ({steps} steps)", flush=True)
+        if recorder:
+            logging.info("video of episode %d: %s", len(returns), recorder.end_game())
     env.close()
     print(f"mean return over {len(returns)} episodes: {np.mean(returns):.2f}", flush=True)
     return 0
@@ -258,6 +345,8 @@ def main(argv):
             return evaluate(config)
         if FLAGS.job_name == "learner":
             return train_learner(config)
+        if FLAGS.job_name == "evaluator":
+            return evaluate_during_training(config)
         return train_actor(config)
     except (
         UsageError,
@@ -268,13 +357,37 @@ def main(argv):
         checkpointing.CheckpointError,
         LearnerUnreachableError,
         replay.ReplayTooLargeError,
+        DivergedError,
     ) as e:
         print(f"experiment.py ({FLAGS.job_name} {FLAGS.task}): error: {e}", file=sys.stderr)
         return 2
 
 
+def exit_status(system_exit):
+    """The process exit status of a SystemExit (sys.exit's argument: None, a number or a
+    message, which is printed)."""
+    if system_exit.code is None or isinstance(system_exit.code, int):
+        return system_exit.code or 0
+    print(system_exit.code, file=sys.stderr)
+    return 1
+
+
 def cli():
-    app.run(main)
+    """Runs `main` and ends the process with its status at once, skipping Python's teardown:
+    there, closing a TF session whose learner is gone blocks for minutes or forever, and a
+    worker that does not end cannot be restarted by the supervisor."""
+    try:
+        app.run(main)
+        status = 0
+    except SystemExit as e:
+        status = exit_status(e)
+    except BaseException:  # as the interpreter reports an uncaught one, including Ctrl-C
+        traceback.print_exc()
+        status = 1
+    logging.flush()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(status)
 
 
 if __name__ == "__main__":

@@ -5,8 +5,11 @@ LOGDIR/launch/, and is started by running that script:
 
     actor-I-J.sh / .log   actor J of worker set I (its --task is J); a remote actor also
                           leaves actor-I-J.status, its exit status, when it ends
+    evaluator-I.sh / .log the evaluator of worker set I, if it has one, started as an actor is
     learner-I.sh / .log   the learner of worker set I, rank I of the one mpirun
     learners.sh / mpirun.log   that mpirun, started in the tmux window 'learners'
+    cluster-I.txt         the addresses of worker set I (cluster_file.py), which its workers
+                          read (--cluster_file): no command grows with the number of workers
 
 A remote worker's files live at the same path on its own host. Every script `exec`s its worker,
 so the worker keeps the script's PID and process group: killing a tmux window (SIGHUP to the
@@ -28,21 +31,32 @@ import libtmux
 import paramiko
 import psutil
 
+import cluster_file
+
 # Exported to every worker; --stop checks it before killing a remote PID that may have been reused.
 RUN_ID_VARIABLE = "IMPALA_RUN_ID"
+
+
+@dataclasses.dataclass(frozen=True)
+class ClusterFile:
+    """A worker set's addresses (cluster_file.py), at the same path on every host."""
+
+    path: str
+    text: str = dataclasses.field(repr=False)
 
 
 @dataclasses.dataclass(frozen=True)
 class Launch:
     """One process to start: a worker, or the mpirun that starts all learners."""
 
-    name: str  # 'actor-I-J', 'learner-I' or 'learners': tmux window and file names.
+    name: str  # 'actor-I-J', 'evaluator-I', 'learner-I' or 'learners': tmux window, files.
     worker: object  # The workers_csv.Worker it runs as; None for the mpirun.
     cwd: str
     env: dict
     argv: tuple
     script_path: str
     log_path: str
+    cluster_file: ClusterFile | None = None  # Its worker set's, which it reads; None: mpirun.
 
     @property
     def is_remote(self):
@@ -51,7 +65,7 @@ class Launch:
     @property
     def to_terminal(self):
         """Whether its output also goes to a terminal: a tmux window, or mpirun's (a learner)."""
-        return not (self.is_remote and self.worker.job == "actor")
+        return not (self.is_remote and self.worker.job != "learner")
 
     @property
     def status_path(self):
@@ -86,16 +100,24 @@ class Place:
 
 @dataclasses.dataclass(frozen=True)
 class Plan:
-    actors: list
+    actors: list  # Worker set by worker set, each set's in task order.
+    evaluators: list  # Worker set by worker set, of the sets that have one.
     learners: list  # Rank i is the learner of worker set i.
     mpirun: Launch
+    cluster_files: list  # File i holds the addresses of worker set i.
+
+    @property
+    def clients(self):
+        """The learners' clients, each started on its own (tmux or SSH): actors and evaluators."""
+        return [*self.actors, *self.evaluators]
 
     @property
     def all(self):
-        return [*self.actors, *self.learners, self.mpirun]
+        return [*self.clients, *self.learners, self.mpirun]
 
 
-def worker_launch(name, worker, worker_set, task, flag_args, launch_dir, run_id, place):
+def worker_launch(name, worker, task, cluster, flag_args, launch_dir, run_id, place):
+    """Runs `worker` as task `task` of the worker set whose ClusterFile is `cluster`."""
     env = {
         "CUDA_VISIBLE_DEVICES": worker.cuda_visible_devices,  # Empty hides every GPU.
         "PYTHONUNBUFFERED": "1",  # Logs as they happen.
@@ -106,12 +128,11 @@ def worker_launch(name, worker, worker_set, task, flag_args, launch_dir, run_id,
         "experiment.py",
         f"--job_name={worker.job}",
         f"--task={task}",
-        f"--learner_host={worker_set.learner.host}",
-        f"--actor_hosts={worker_set.actor_hosts}",
+        f"--cluster_file={cluster.path}",
         *flag_args,
     )
     path = posixpath.join(launch_dir, name)
-    return Launch(name, worker, place.repo_dir, env, argv, f"{path}.sh", f"{path}.log")
+    return Launch(name, worker, place.repo_dir, env, argv, f"{path}.sh", f"{path}.log", cluster)
 
 
 def mpmd_argv(mpirun, as_root, ranks, options=()):
@@ -146,16 +167,36 @@ def mpirun_argv(mpirun, as_root, learners):
 def plan(worker_sets, flag_args, launch_dir, run_id, local, remote, mpirun, as_root):
     """Every launch of the run; `local`/`remote` are the Places of this host and the others."""
 
-    def launch(name, worker, worker_set, task):
+    clusters = [
+        ClusterFile(
+            posixpath.join(launch_dir, f"cluster-{ws.index}.txt"),
+            cluster_file.text(
+                ws.learner.host,
+                [actor.host for actor in ws.actors],
+                ws.evaluator.host if ws.evaluator else None,
+            ),
+        )
+        for ws in worker_sets
+    ]
+
+    def launch(name, worker, task, cluster):
         place = remote if not worker.is_local else local
-        return worker_launch(name, worker, worker_set, task, flag_args, launch_dir, run_id, place)
+        return worker_launch(name, worker, task, cluster, flag_args, launch_dir, run_id, place)
 
     actors = [
-        launch(f"actor-{ws.index}-{task}", actor, ws, task)
-        for ws in worker_sets
+        launch(f"actor-{ws.index}-{task}", actor, task, cluster)
+        for ws, cluster in zip(worker_sets, clusters, strict=True)
         for task, actor in enumerate(ws.actors)
     ]
-    learners = [launch(f"learner-{ws.index}", ws.learner, ws, 0) for ws in worker_sets]
+    evaluators = [
+        launch(f"evaluator-{ws.index}", ws.evaluator, 0, cluster)
+        for ws, cluster in zip(worker_sets, clusters, strict=True)
+        if ws.evaluator
+    ]
+    learners = [
+        launch(f"learner-{ws.index}", ws.learner, 0, cluster)
+        for ws, cluster in zip(worker_sets, clusters, strict=True)
+    ]
     mpirun_launch = Launch(
         name="learners",
         worker=None,
@@ -165,7 +206,7 @@ def plan(worker_sets, flag_args, launch_dir, run_id, local, remote, mpirun, as_r
         script_path=posixpath.join(launch_dir, "learners.sh"),
         log_path=posixpath.join(launch_dir, "mpirun.log"),
     )
-    return Plan(actors, learners, mpirun_launch)
+    return Plan(actors, evaluators, learners, mpirun_launch, clusters)
 
 
 def write_script(launch):
@@ -173,6 +214,14 @@ def write_script(launch):
     with open(launch.script_path, "w") as f:
         f.write(launch.script())
     os.chmod(launch.script_path, 0o755)
+
+
+def write_cluster_files(plan):
+    """Writes every worker set's cluster file on this host, once, for the workers here."""
+    for cluster in plan.cluster_files:
+        os.makedirs(os.path.dirname(cluster.path), exist_ok=True)
+        with open(cluster.path, "w") as f:
+            f.write(cluster.text)
 
 
 # tmux: local workers, one window each.
@@ -287,6 +336,10 @@ class UnknownHostKeyError(paramiko.SSHException):
     pass
 
 
+class NoSftpError(paramiko.SSHException):
+    """A remote sshd without the SFTP subsystem, which uploading a worker's script needs."""
+
+
 class HostKeyPolicy(paramiko.MissingHostKeyPolicy):
     """Rejects host keys missing from the known_hosts files, or accepts them with a warning."""
 
@@ -336,7 +389,7 @@ def ssh_connect(worker, known_hosts, accept_unknown, timeout, warn):
 
 def describe_error(error):
     """A one-line reason for an SSH failure; never contains the credential."""
-    if isinstance(error, UnknownHostKeyError):
+    if isinstance(error, UnknownHostKeyError | NoSftpError):
         return str(error)
     if isinstance(error, paramiko.BadHostKeyException):
         return (
@@ -373,22 +426,45 @@ def _check(result, what):
     return out
 
 
-def upload_script(client, launch, timeout):
+def _open_sftp(client, worker):
+    """An SFTP session over `client`; NoSftpError naming `worker`'s host if its sshd has none."""
+    try:
+        return client.open_sftp()
+    except paramiko.SSHException:
+        transport = client.get_transport()
+        if transport is None or not transport.is_active():
+            raise  # The connection itself is gone, not a subsystem missing.
+        raise NoSftpError(
+            f"host {worker.ip} (row {worker.row}): its sshd offers no SFTP subsystem, needed to "
+            "upload the worker script (add a 'Subsystem sftp' line to its sshd_config)"
+        ) from None
+
+
+def upload_script(client, launch, timeout, with_cluster_file=True):
+    """Uploads the script and its worker set's cluster file (unless `with_cluster_file` is False:
+    uploaded through `client` already)."""
     directory = posixpath.dirname(launch.script_path)
     _check(ssh_run(client, f"mkdir -p {shlex.quote(directory)}", timeout), f"mkdir {directory}")
-    with client.open_sftp() as sftp:
+    with _open_sftp(client, launch.worker) as sftp:
         sftp.putfo(io.BytesIO(launch.script().encode()), launch.script_path)
+        if with_cluster_file:
+            # Replaced whole (renamed over), never rewritten where a worker may be reading it.
+            cluster = launch.cluster_file
+            sftp.putfo(io.BytesIO(cluster.text.encode()), f"{cluster.path}.tmp")
+            sftp.posix_rename(f"{cluster.path}.tmp", cluster.path)
 
 
-def start_remote(client, launch, timeout):
+def start_remote(client, launch, timeout, with_cluster_file=True):
     """Uploads the script and starts it detached in a new session; returns its PID.
+
+    `with_cluster_file`: upload the worker set's cluster file too (upload_script).
 
     setsid makes the worker the leader of its own session and process group (PGID = PID), so it
     outlives the SSH connection and --stop can kill the whole group. A small bash parent (in a
     session of its own too) waits for the worker and writes its exit status (128 + N if signal N
     killed it) to `launch.status_path`, for `remote_exit_status`.
     """
-    upload_script(client, launch, timeout)
+    upload_script(client, launch, timeout, with_cluster_file)
     script, log = shlex.quote(launch.script_path), shlex.quote(launch.log_path)
     status = shlex.quote(launch.status_path)
     # fd 3 carries the worker's PID back to this SSH command and is closed everywhere else, so

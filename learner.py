@@ -29,6 +29,10 @@ in a collective or a session call) makes the learner print its threads' stacks a
 EXIT_STUCK (step_watchdog.py), for the frontend's supervisor to restart the learners from the
 last checkpoint.
 
+Training that diverges stops every learner with DivergedError (experiment.py: exit 2): a batch
+whose loss or gradient norm, or the parameters it leaves, are no longer finite, found on the
+host right after the batch's step, before those parameters are published or checkpointed.
+
 Rank 0 alone writes checkpoints, logs progress and writes TensorBoard summaries (progress.py).
 The step itself (loss, gradients, optimizer) is train_step.py; the prefetch thread prefetch.py.
 """
@@ -60,6 +64,10 @@ _Status = collections.namedtuple(
 )
 
 
+class DivergedError(RuntimeError):
+    """Training diverged: the loss, the gradients or the parameters are no longer finite."""
+
+
 def parameter_digest(variables):
     """SHA-256 prefix of the variables' bytes: equal across ranks iff they are bitwise equal."""
     digest = hashlib.sha256()
@@ -77,6 +85,11 @@ def parameter_snapshot(variables):
     bench/README.md).
     """
     return [np.asarray(variable.read_value()) for variable in variables]
+
+
+def parameters_are_finite(variables):
+    """Whether every value of `variables` is finite (no NaN, no infinity)."""
+    return all(np.isfinite(value).all() for value in parameter_snapshot(variables))
 
 
 class Learner:
@@ -171,7 +184,9 @@ class Learner:
         )
 
     def _publish(self):
-        return self._transport.publish(parameter_snapshot(self._parameters))
+        return self._transport.publish(
+            parameter_snapshot(self._parameters), int(self._frames.numpy())
+        )
 
     def run(self):
         """Trains until the frame budget, a stop signal or starvation; returns the exit code."""
@@ -183,12 +198,15 @@ class Learner:
         )
         reason, exit_code, steps, own_frames = "frame budget reached", 0, 0, 0
         watchdog = Watchdog(f"{self._log_prefix} step", EXIT_STUCK)
+        save_at_end = self._is_chief
         try:
             while int(self._frames.numpy()) < config.total_environment_frames:
-                # Actors take a while to start: until the first batch, wait as long as they
-                # wait for the learner.
-                timeout_flag = "batch_timeout_secs" if steps else "learner_wait_secs"
-                timeout = config.batch_timeout_secs if steps else config.learner_wait_secs
+                # Actors take a while to start, or to be restarted after giving up on this
+                # learner: until the first batch, wait as long as they wait for the learner,
+                # and never less than for any later batch.
+                first = not steps and config.learner_wait_secs > config.batch_timeout_secs
+                timeout_flag = "learner_wait_secs" if first else "batch_timeout_secs"
+                timeout = config.learner_wait_secs if first else config.batch_timeout_secs
                 if config.step_timeout_secs > 0:
                     watchdog.expect_within(
                         timeout + config.step_timeout_secs,
@@ -214,6 +232,7 @@ class Learner:
                     self._minibatch_unrolls,
                     self._minibatch_rng,
                 )
+                self._check_finite(outputs, steps + 1)
                 if replayed_indexes is not None:
                     replayed_priorities = priorities[config.batch_size :]
                     self._replay.update_priorities(replayed_indexes, replayed_priorities)
@@ -224,11 +243,14 @@ class Learner:
                 )
                 if self._is_chief:
                     self._checkpointer.save_if_due(config.checkpoint_secs)
+        except DivergedError:
+            save_at_end = False  # the newest checkpoint stays the last one before the divergence
+            raise
         finally:
             watchdog.stop()
             prefetcher.stop()
-            if self._is_chief:
-                self._checkpointer.save()
+            if save_at_end:
+                self._save_final_checkpoint()
             progress_log.close()
         logging.info(
             "%s stopped at %d environment frames (%s); this learner trained on %d frames in "
@@ -245,6 +267,33 @@ class Learner:
         # of waiting for a learner that is gone (after a crash they wait for its restart).
         time.sleep(_FINISH_GRACE_SECS)
         return exit_code
+
+    def _check_finite(self, outputs, step):
+        """Raises DivergedError, naming the step, if the loss or the gradient norm of the batch
+        just trained (`outputs`, of train_in_minibatches), or the parameters it left, are no
+        longer finite.
+
+        Every rank stops at the same step: the gradient norm is that of the gradients summed
+        over the ranks (a non-finite loss on one rank makes it non-finite on all), and the
+        parameters are the same on every rank."""
+        loss, gradient_norm = outputs["total"], outputs["gradient_norm"]
+        parameters_finite = parameters_are_finite(self._parameters)
+        if parameters_finite and np.isfinite([loss, gradient_norm]).all():
+            return
+        raise DivergedError(
+            f"training diverged at step {step} of this learner "
+            f"({int(self._frames.numpy())} environment frames): loss {loss:g}, gradient norm "
+            f"{gradient_norm:g}, parameters {'' if parameters_finite else 'not '}finite; "
+            "stopped before publishing or checkpointing them (is --learning_rate too high?)"
+        )
+
+    def _save_final_checkpoint(self):
+        """Saves a checkpoint unless the parameters are no longer finite (a step interrupted
+        between its update and its check): then the last one saved stays the newest."""
+        if parameters_are_finite(self._parameters):
+            self._checkpointer.save()
+        else:
+            logging.error("%s the parameters are not finite: no checkpoint saved", self._log_prefix)
 
     def _with_replay(self, batch):
         """The train batch for the dequeued `batch` (flat list of [B, ...] arrays).

@@ -100,13 +100,14 @@ def free_ports(count, attempts=1000):
                 s.close()
 
 
-def cluster_flags(num_actors):
-    """`--learner_host` and `--actor_hosts` of one worker set on free loopback ports."""
-    learner_port, *actor_ports = free_ports(1 + num_actors)
-    return [
-        f"--learner_host=127.0.0.1:{learner_port}",
-        "--actor_hosts=" + ",".join(f"127.0.0.1:{p}" for p in actor_ports),
-    ]
+def cluster_flags(num_actors, evaluator=False):
+    """`--learner_host` and `--actor_hosts` (and `--evaluator_host`) of one worker set on free
+    loopback ports."""
+    learner_port, *actor_ports = free_ports(1 + num_actors + evaluator)
+    flags = [f"--learner_host=127.0.0.1:{learner_port}"]
+    if evaluator:
+        flags.append(f"--evaluator_host=127.0.0.1:{actor_ports.pop()}")
+    return [*flags, "--actor_hosts=" + ",".join(f"127.0.0.1:{p}" for p in actor_ports)]
 
 
 class Process:
@@ -170,16 +171,18 @@ class WorkerSets:
     """`num_learners` worker sets sharing `num_actors` actors, started on loopback, free ports.
 
     One learner runs alone (a single Horovod rank); several are the ranks of one MPMD mpirun.
-    Actor k joins worker set k % num_learners, as the frontend deals them.
+    Actor k joins worker set k % num_learners, as the frontend deals them; with `evaluator`,
+    worker set 0 has an evaluator too.
 
     Args:
       num_learners: learners (Horovod ranks).
       num_actors: actors over all worker sets (at least one per learner).
       flag_args: training flags for every process (e.g. `config.flag_args(config)`).
-      log_dir: where `learners.log` and `actor-<i>-<j>.log` go.
+      log_dir: where `learners.log`, `actor-<i>-<j>.log` and `evaluator.log` go.
+      evaluator: whether worker set 0 has an evaluator.
     """
 
-    def __init__(self, num_learners, num_actors, flag_args, log_dir):
+    def __init__(self, num_learners, num_actors, flag_args, log_dir, evaluator=False):
         if not 1 <= num_learners <= num_actors:
             raise ValueError(
                 f"{num_actors} actors for {num_learners} learners: every learner needs an actor"
@@ -189,9 +192,11 @@ class WorkerSets:
         self.learners_log = log_dir / "learners.log"
         self.actors = []
         self.learners = None
+        self.evaluator = None
         # Per worker set: its cluster flags and its number of actors.
         clusters = [
-            (cluster_flags(len(range(i, num_actors, num_learners))), i) for i in range(num_learners)
+            (cluster_flags(len(range(i, num_actors, num_learners)), evaluator and i == 0), i)
+            for i in range(num_learners)
         ]
         learner_argvs = [
             [sys.executable, EXPERIMENT, *cluster, *flag_args, "--job_name=learner"]
@@ -210,6 +215,9 @@ class WorkerSets:
                     argv = [sys.executable, EXPERIMENT, *cluster, *flag_args]
                     argv += ["--job_name=actor", f"--task={task}"]
                     self.actors.append(Process(argv, log_dir / f"actor-{i}-{task}.log"))
+            if evaluator:
+                argv = [sys.executable, EXPERIMENT, *clusters[0][0], *flag_args]
+                self.evaluator = Process([*argv, "--job_name=evaluator"], log_dir / "evaluator.log")
         except BaseException:
             self.close()
             raise
@@ -219,12 +227,15 @@ class WorkerSets:
 
     def check_running(self):
         """Raises RuntimeError with the log's tail if any process has exited."""
-        for process in [self.learners, *self.actors]:
+        for process in self._started():
             if process.popen.poll() is not None:
                 raise RuntimeError(
                     f"{process.log_path.name}: exited with {process.popen.returncode}; log "
                     f"tail:\n{process.log()[-3000:]}"
                 )
+
+    def _started(self):
+        return [p for p in [self.learners, *self.actors, self.evaluator] if p is not None]
 
     def learner_processes(self):
         """psutil.Process of each learner (mpirun's ranks when there is more than one)."""
@@ -248,7 +259,7 @@ class WorkerSets:
 
     def close(self):
         """Kills every process group, then any rank that left mpirun's group."""
-        started = [p for p in [*self.actors, self.learners] if p is not None]
+        started = self._started()
         # psutil.Process objects, not PIDs: their kill() refuses a PID reused in the meantime.
         leftovers = [q for p in started for q in experiment_processes(p.popen.pid)]
         for process in started:

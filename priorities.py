@@ -7,7 +7,8 @@ runnable process under the normal policy it loses about twice that process's CPU
 wakes finds its core busy and waits for it. Measured (bench/README.md): a spinning process at
 SCHED_IDLE beside the learner's batch step cut its batches per second by 16 % (6.8-7.3 alone,
 5.7-6.2 beside it); under SCHED_FIFO the step made 7.4 beside a spinning process. Hence:
-  - an actor lowers its niceness (--actor_niceness) before it starts its threads;
+  - an actor lowers its niceness (--actor_niceness) before it starts its threads; the
+    evaluator runs under SCHED_IDLE, on CPU nothing else wants;
   - a learner puts the threads it starts from then on under SCHED_FIFO (--learner_realtime),
     so that a waking learner thread takes its core at once and actors run on what it leaves;
   - learners sharing a host each run on a share of its cores of their own (--pin_learners):
@@ -26,12 +27,20 @@ _RT_RUNTIME_PATH = "/proc/sys/kernel/sched_rt_runtime_us"
 _REALTIME_PRIORITY = 1  # the lowest: above every normal thread, below the kernel's own.
 
 
-def lower_actor_priority(niceness):
-    """Adds `niceness` to this actor's (os.nice) before it starts its TF and environment
-    threads, which inherit it: a learner on the same host gets the cores first, and an actor
-    still gets every core that no learner wants."""
+def run_when_idle(worker):
+    """Puts this `worker` (the evaluator) under SCHED_IDLE before it starts its TF and
+    environment threads, which inherit it: it runs only on CPU that nothing else of the host
+    wants, so that it cannot slow training."""
+    os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
+    logging.info("%s: SCHED_IDLE scheduling (only CPU nothing else wants)", worker)
+
+
+def lower_priority(worker, niceness):
+    """Adds `niceness` to this `worker`'s (an actor, the evaluator; os.nice) before it starts its
+    TF and environment threads, which inherit it: a learner on the same host gets the cores
+    first, and the worker still gets every core that no learner wants."""
     os.nice(niceness)
-    logging.info("actor: niceness %d", os.getpriority(os.PRIO_PROCESS, 0))
+    logging.info("%s: niceness %d", worker, os.getpriority(os.PRIO_PROCESS, 0))
 
 
 def _realtime_throttled():

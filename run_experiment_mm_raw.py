@@ -5,13 +5,16 @@
     python run_experiment_mm_raw.py --logdir=/tmp/impala --stop
 
 1. Reads and validates the whole CSV (workers_csv.py); any problem: exit 2, nothing started.
-2. Groups actors round-robin under learners into worker sets and prints the plan: every
-   command, where it runs, where its log goes (--dry_run stops here).
-3. Starts every actor: local ones in windows of the tmux session --tmux_sess, remote ones over
-   SSH as detached process groups whose PIDs go to LOGDIR/launch/run_state.json (run_state.py).
+2. Groups actors (and evaluators, at most one a set) round-robin under learners into worker
+   sets and prints the plan, one line per worker: its role, TF address, where it runs, its
+   script and log (--verbose: its command too; --dry_run stops here). Each worker set's
+   addresses go to a file its workers read.
+3. Starts every actor and evaluator: local ones in windows of the tmux session --tmux_sess,
+   remote ones over SSH as detached process groups whose PIDs go to
+   LOGDIR/launch/run_state.json (run_state.py).
 4. Starts all learners with one MPMD mpirun in the tmux window 'learners' (launcher.py).
 5. After --startup_check_secs, lists the workers that failed to start or already died, with
-   host, port and reason. A failed learner, or a failed actor without
+   host, port and reason. A failed learner, or a failed actor or evaluator without
    --tolerate_actor_failures, stops everything started and exits 1.
 6. With --follow, prints the learners' log and supervises the run until training ends
    (supervisor.py): failed workers are restarted, within --max_restarts per
@@ -54,7 +57,8 @@ flags.DEFINE_string(
 )
 flags.DEFINE_string("tmux_sess", "impala", "tmux session for the local workers.")
 flags.DEFINE_string("tmux_socket_name", "", "tmux -L socket name; empty: tmux's default server.")
-flags.DEFINE_bool("dry_run", False, "Print the plan and every command; start nothing.")
+flags.DEFINE_bool("dry_run", False, "Print the plan; start nothing.")
+flags.DEFINE_bool("verbose", False, "Print each worker's command under its line of the plan.")
 flags.DEFINE_bool("stop", False, "Stop the run recorded under --logdir, then exit.")
 flags.DEFINE_string("repo_dir", REPO_DIR, "Directory holding experiment.py; the workers' cwd.")
 flags.DEFINE_string("remote_repo_dir", "", "--repo_dir on remote hosts; empty: same as here.")
@@ -66,7 +70,7 @@ flags.DEFINE_bool(
 flags.DEFINE_bool(
     "tolerate_actor_failures",
     False,
-    "Keep the run going (exit 0) when some actors failed to start.",
+    "Keep the run going (exit 0) when some actors or evaluators failed to start.",
 )
 flags.DEFINE_float("ssh_timeout_secs", 15, "Timeout of each SSH connection and command.")
 flags.DEFINE_float("startup_check_secs", 3, "Wait this long, then check every worker still runs.")
@@ -117,6 +121,7 @@ class Options:
     tmux_sess: str
     tmux_socket_name: str
     dry_run: bool
+    verbose: bool
     stop: bool
     repo_dir: str
     remote_repo_dir: str
@@ -146,6 +151,7 @@ class Options:
             tmux_sess=flag_values.tmux_sess,
             tmux_socket_name=flag_values.tmux_socket_name,
             dry_run=flag_values.dry_run,
+            verbose=flag_values.verbose,
             stop=flag_values.stop,
             repo_dir=flag_values.repo_dir,
             remote_repo_dir=flag_values.remote_repo_dir,
@@ -190,47 +196,72 @@ def _describe(launch, error, console):
 
 
 def _print_plan(worker_sets, plan, run_id, console, options):
+    """One line per worker (what, where, its files), so the plan grows with the workers only."""
     actors = sum(len(ws.actors) for ws in worker_sets)
+    evaluators = f", {len(plan.evaluators)} evaluator(s)" if plan.evaluators else ""
     console.say(
         f"Run {run_id}: {len(worker_sets)} worker sets from {options.workers_csv_path} "
-        f"({len(worker_sets)} learners, {actors} actors; actor k -> learner k % "
+        f"({len(worker_sets)} learners, {actors} actors{evaluators}; actor k -> learner k % "
         f"{len(worker_sets)})"
     )
-    for ws in worker_sets:
-        console.say(f"  worker set {ws.index}: learner {ws.learner.host} (row {ws.learner.row})")
-        for task, actor in enumerate(ws.actors):
-            console.say(f"    actor task {task}: {actor.host} (row {actor.row}, {actor.where})")
-    console.say(f"Commands (scripts and logs under {options.launch_dir}):")
-    for launch in plan.all:
+    console.say(f"Plan (the files named are in {options.launch_dir} on each worker's host):")
+    file_name = os.path.basename
+
+    def say(launch, what, where):
+        files = f"script {file_name(launch.script_path)}; log {file_name(launch.log_path)}"
+        console.say(f"  {launch.name}: {what}; {where}; {files}")
+        if options.verbose:
+            console.say(f"    {launch.command}")
+
+    def say_client(launch, what):
+        """An actor's or evaluator's line: started in its tmux window or over SSH."""
         worker = launch.worker
-        if worker is None:
-            where = f"tmux window {options.tmux_sess}:learners, one rank per learner"
-        elif worker.job == "learner":
-            where = f"mpirun rank {plan.learners.index(launch)} on {worker.ip}"
-        elif worker.is_local:
+        if worker.is_local:
             where = f"tmux window {options.tmux_sess}:{launch.name}"
         else:
             where = f"over SSH as {worker.where} (auth: {worker.auth})"
-        console.say(f"  {launch.name}: {where}; log {launch.log_path}")
-        console.say(f"    {launch.command}")
+        say(launch, f"{what}, tf {worker.host} (row {worker.row})", where)
+
+    actor_launches, evaluator_launches = iter(plan.actors), iter(plan.evaluators)
+    for ws, learner in zip(worker_sets, plan.learners, strict=True):
+        host = "this host" if ws.learner.is_local else ws.learner.ip
+        say(
+            learner,
+            f"learner of worker set {ws.index}, tf {ws.learner.host} (row {ws.learner.row})",
+            f"mpirun rank {ws.index} on {host}; addresses {file_name(learner.cluster_file.path)}",
+        )
+        for task in range(len(ws.actors)):
+            say_client(next(actor_launches), f"actor {task} of worker set {ws.index}")
+        if ws.evaluator:
+            say_client(next(evaluator_launches), f"evaluator of worker set {ws.index}")
+    say(plan.mpirun, "the learners' mpirun", f"tmux window {options.tmux_sess}:learners")
 
 
 def _start(plan, state, connections, options):
-    """Starts the actors, then (unless an actor failed and that is not tolerated) the learners.
+    """Starts the actors and evaluators, then (unless one failed and that is not tolerated) the
+    learners.
 
     Returns the failures as (launch, reason) pairs; `state` records what was started.
     """
     server = launcher.tmux_server(options.tmux_socket_name)
     failures, started = [], []
-    for actor in plan.actors:
+    uploaded = set()  # (SSH login, cluster file): on that host already, so not uploaded again.
+    for launch in plan.clients:
         try:
-            if actor.is_remote:
-                client = connections.get(actor.worker)
-                pid = launcher.start_remote(client, actor, options.ssh_timeout_secs)
-                worker = actor.worker
+            if launch.is_remote:
+                client = connections.get(launch.worker)
+                upload = (launch.worker.where, launch.cluster_file.path)
+                pid = launcher.start_remote(
+                    client,
+                    launch,
+                    options.ssh_timeout_secs,
+                    with_cluster_file=upload not in uploaded,
+                )
+                uploaded.add(upload)
+                worker = launch.worker
                 state["remote"].append(
                     {
-                        "name": actor.name,
+                        "name": launch.name,
                         "ip": worker.ip,
                         "ssh_port": worker.ssh_port,
                         "ssh_username": worker.ssh_username,
@@ -239,11 +270,11 @@ def _start(plan, state, connections, options):
                 )
                 run_state.write(options.launch_dir, state)
             else:
-                launcher.write_script(actor)
-                launcher.open_window(server, options.tmux_sess, actor)
-            started.append(actor)
+                launcher.write_script(launch)
+                launcher.open_window(server, options.tmux_sess, launch)
+            started.append(launch)
         except Exception as e:
-            failures.append((actor, e))
+            failures.append((launch, e))
     if failures and not options.tolerate_actor_failures:
         return failures
 
@@ -251,7 +282,13 @@ def _start(plan, state, connections, options):
         for learner in plan.learners:
             if learner.is_remote:
                 client = connections.get(learner.worker)
-                launcher.upload_script(client, learner, options.ssh_timeout_secs)
+                upload = (learner.worker.where, learner.cluster_file.path)
+                launcher.upload_script(
+                    client,
+                    learner,
+                    options.ssh_timeout_secs,
+                    with_cluster_file=upload not in uploaded,
+                )
             else:
                 launcher.write_script(learner)
         launcher.write_script(plan.mpirun)
@@ -344,6 +381,14 @@ def _stop_recorded_run(workers, console, options, known_hosts=None):
         return ok
 
 
+def _register_passwords(workers, csv_path, console):
+    """Masks the workers' passwords in all output; warns if other users can read them."""
+    console.add_secrets(w.password for w in workers)
+    warning = workers_csv.exposed_passwords_warning(csv_path, workers)
+    if warning:
+        console.warn(warning)
+
+
 def stop_main(console, options):
     path = run_state.path(options.launch_dir)
     if not run_state.exists(options.launch_dir):
@@ -357,7 +402,7 @@ def stop_main(console, options):
     if options.known_hosts_given:
         known_hosts = options.known_hosts
     workers = workers_csv.read_workers(csv_path) if state["remote"] else []
-    console.add_secrets(w.password for w in workers)
+    _register_passwords(workers, csv_path, console)
     return 0 if _stop_recorded_run(workers, console, options, known_hosts) else 1
 
 
@@ -379,14 +424,19 @@ def _preflight_problems(local, mpirun, options):
 
 
 def launch_main(console, options):
+    try:  # refused before anything is planned: the launch dir and local learners write there
+        config_lib.check_logdir(options.logdir)
+    except config_lib.ConfigError as e:
+        console.warn(e)
+        return 2
     worker_sets = workers_csv.load_worker_sets(options.workers_csv_path)
+    workers = [w for ws in worker_sets for w in ws.workers]
+    _register_passwords(workers, options.workers_csv_path, console)
     try:  # refused before anything starts, where the learners would each refuse it
         config_lib.learner_minibatch_unrolls(options.minibatch_unrolls, len(worker_sets))
     except config_lib.ConfigError as e:
         console.warn(f"{options.workers_csv_path}: {e}")
         return 2
-    workers = [w for ws in worker_sets for w in (ws.learner, *ws.actors)]
-    console.add_secrets(w.password for w in workers)
     run_id = f"{datetime.datetime.now():%Y%m%d-%H%M%S}-{uuid.uuid4().hex[:8]}"
     local = launcher.Place(sys.executable, os.path.abspath(options.repo_dir))
     remote = launcher.Place(
@@ -416,13 +466,14 @@ def launch_main(console, options):
     # so that a run being started is stopped too.
     signals = supervisor.Signals((signal.SIGTERM, signal.SIGHUP)) if options.follow else None
     os.makedirs(options.launch_dir, exist_ok=True)
+    launcher.write_cluster_files(plan)  # Before anything is recorded or started.
     state = {
         "run_id": run_id,
         "workers_csv_path": os.path.abspath(options.workers_csv_path),
         "known_hosts": os.path.abspath(os.path.expanduser(options.known_hosts)),
         "tmux_socket_name": options.tmux_socket_name,
         "tmux_session": options.tmux_sess,
-        "remote": [],  # Remote actors: name, ip, ssh_port, ssh_username, pid.
+        "remote": [],  # Remote actors and evaluators: name, ip, ssh_port, ssh_username, pid.
     }
     run_state.write(options.launch_dir, state)
     with options.connections(console) as connections:
@@ -449,11 +500,11 @@ def launch_main(console, options):
     console.say(f"Stop:  {sys.executable} {__file__} --logdir={options.logdir} --stop")
     if not options.follow:
         return 0
-    supervised = [actor for actor in plan.actors if actor.name not in failed]
+    supervised = [launch for launch in plan.clients if launch.name not in failed]
     return follow(plan, supervised, state, workers, signals, console, options)
 
 
-def follow(plan, actors, state, workers, signals, console, options):
+def follow(plan, clients, state, workers, signals, console, options):
     """Prints the learners' log and supervises the run (supervisor.py) until it ends.
 
     Returns the frontend's exit code: 0 when training finished (or on Ctrl-C: the run goes on,
@@ -468,7 +519,7 @@ def follow(plan, actors, state, workers, signals, console, options):
         )
         with options.connections(console) as connections:
             result = supervisor.Supervisor(
-                actors=actors,
+                clients=clients,
                 learners=plan.learners,
                 mpirun=plan.mpirun,
                 remote_pids={entry["name"]: entry["pid"] for entry in state["remote"]},
@@ -540,6 +591,7 @@ def main(argv):
     try:
         code = stop_main(console, options) if options.stop else launch_main(console, options)
     except workers_csv.CsvError as e:
+        console.add_secrets(e.secrets)
         console.warn(e)
         code = 2
     except Exception:  # Masked: an exception's text could quote a password.

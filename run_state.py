@@ -3,7 +3,8 @@
 The frontend writes it when it starts a run and keeps it up to date; --stop reads it to stop the
 run and removes it afterwards, so "the file exists" means "the run may still be going". It
 records the run id, the workers CSV and known_hosts file the run used (never a credential), the
-tmux server and session of the local workers, and each remote actor's name, login and PID:
+tmux server and session of the local workers, and each remote actor's and evaluator's name,
+login and PID:
 
     {"run_id": ..., "workers_csv_path": ..., "known_hosts": ..., "tmux_socket_name": ...,
      "tmux_session": ..., "remote": [{"name", "ip", "ssh_port", "ssh_username", "pid"}, ...]}

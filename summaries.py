@@ -1,6 +1,6 @@
 """Reading back what the learner wrote to TensorBoard.
 
-It ships for the benchmarks (bench/learning.py draws its curves from it); the tests use it too.
+tools/curves.py draws a run's curves from it (for bench/learning.py too); the tests use it.
 """
 
 import tensorflow as tf
@@ -44,6 +44,16 @@ def scalars(logdir, tag):
             points = [point for point in points if point[0] < first_step]
         points.extend(file_points)
     return sorted(points, key=lambda step_and_value: step_and_value[0])
+
+
+def tags(logdir):
+    """The tags of every summary in `logdir`'s events files: a set of str."""
+    found = set()
+    for path in tf.io.gfile.glob(f"{logdir}/events.out.tfevents.*"):
+        for record in tf.data.TFRecordDataset(path):
+            event = tf.compat.v1.Event.FromString(record.numpy())
+            found.update(value.tag for value in event.summary.value)
+    return found
 
 
 def episode_returns(logdir, level_name):

@@ -1,17 +1,17 @@
 """Supervision: while the frontend follows a run, every worker it started is kept running.
 
 What is watched, every `poll_secs`:
-  - each actor that started: a local one by its tmux window (its exit status, or the signal that
-    killed it), a remote one by its PID over the cached SSH connection (and the exit status its
-    waiting parent recorded, see launcher.start_remote);
+  - each actor and evaluator that started: a local one by its tmux window (its exit status, or
+    the signal that killed it), a remote one by its PID over the cached SSH connection (and the
+    exit status its waiting parent recorded, see launcher.start_remote);
   - the learners' job: the one mpirun in the tmux window 'learners'.
 
 A worker that exits non-zero or is killed is started again with the same launch (same script:
 its tmux window respawned, or started again over SSH with the new PID recorded in the run-state
 file) after a backoff of --restart_backoff_secs, doubling with each restart still in the window
 (at most MAX_BACKOFF_SECS). The learners restore the latest checkpoint by themselves when they
-start (rank 0 restores and broadcasts) and the actors reconnect to restarted learners by
-themselves (for up to --learner_wait_secs). Each restart is one line with its cause.
+start (rank 0 restores and broadcasts) and the actors and evaluators reconnect to restarted
+learners by themselves (for up to --learner_wait_secs). Each restart is one line with its cause.
 
 Restarts are bounded: a worker that fails again after --max_restarts restarts within the last
 --restart_window_secs has spent its budget, and supervision ends with GAVE_UP and a message
@@ -19,8 +19,8 @@ naming the worker, its host, how it ended and the end of its log; the frontend t
 whole run down and exits non-zero.
 
 The other ways supervision ends:
-  - FINISHED: mpirun exited 0 (the frame budget was reached). Actors that exit 0 (they do when
-    their learner finishes) are never restarted;
+  - FINISHED: mpirun exited 0 (the frame budget was reached). Actors and evaluators that exit 0
+    (they do when their learner finishes) are never restarted;
   - STOPPED_ELSEWHERE: the run-state file is gone or records another run, or the tmux session is
     gone: someone stopped the run (--stop from another terminal); nothing is restarted;
   - INTERRUPTED (SIGINT, Ctrl-C) or TERMINATED (SIGTERM, SIGHUP): a signal `Signals` recorded.
@@ -121,7 +121,7 @@ class _Watched:
 
     launch: launcher.Launch
     where: str
-    pid: int | None = None  # A remote actor's PID.
+    pid: int | None = None  # A remote actor's or evaluator's PID.
     status: object = None  # None while running, else an exit status or a description.
     done: bool = False  # Exited 0: not watched any more.
     restart_at: float | None = None  # A restart is due then (monotonic time).
@@ -134,14 +134,15 @@ class Supervisor:
     """Supervises a started run until it finishes, fails for good, is stopped or interrupted.
 
     Args:
-      actors: the actors' launcher.Launch objects that started (the supervised ones).
+      clients: the launcher.Launch objects of the actors and evaluators that started (the
+        supervised ones).
       learners: the learners' launcher.Launch objects (the ranks of the mpirun, in order).
       mpirun: the learners' job, a launcher.Launch (the mpirun in tmux window 'learners').
-      remote_pids: {actor name: PID} of the remote actors.
+      remote_pids: {launch name: PID} of the remote actors and evaluators.
       run_id: the run's id (checked in the run-state file and in remote PIDs' environment).
       launch_dir: the run's launch directory (run-state file and local logs).
       tmux_server, tmux_session: where the local workers and the mpirun run.
-      connections: ssh_connections.Connections for the remote actors.
+      connections: ssh_connections.Connections for the remote actors and evaluators.
       policy: RestartPolicy.
       console: console.Console (masks secrets in what is printed).
       ssh_timeout: seconds for each SSH command.
@@ -154,7 +155,7 @@ class Supervisor:
     def __init__(
         self,
         *,
-        actors,
+        clients,
         learners,
         mpirun,
         remote_pids,
@@ -170,9 +171,9 @@ class Supervisor:
         on_poll=lambda: None,
         poll_secs=1.0,
     ):
-        self._actors = [
-            _Watched(a, a.worker.where, pid=remote_pids.get(a.name) if a.is_remote else None)
-            for a in actors
+        self._clients = [
+            _Watched(c, c.worker.where, pid=remote_pids.get(c.name) if c.is_remote else None)
+            for c in clients
         ]
         hosts = ", ".join(
             dict.fromkeys("this host" if r.worker.is_local else r.worker.ip for r in learners)
@@ -195,7 +196,7 @@ class Supervisor:
 
     def run(self):
         """Supervises until the end; returns a Result."""
-        watched = [self._learners, *self._actors]
+        watched = [self._learners, *self._clients]
         while True:
             if self._signals.received is not None:
                 return self._signalled()

@@ -1,11 +1,13 @@
 """The distributed-TF transport of one worker set: parameters and an unroll queue on the learner.
 
-Every process of a worker set (the learner and its actors) runs a `tf.distribute.Server` of
-the cluster {"learner": [learner], "actor": [actors]} and builds the same small TF1 graph whose
-state lives on the learner's server (/job:learner/task:0/cpu:0):
+Every process of a worker set (the learner, its actors and its evaluator, if any) runs a
+`tf.distribute.Server` of the cluster {"learner": [learner], "actor": [actors], "evaluator":
+[evaluator]} and builds the same small TF1 graph whose state lives on the learner's server
+(/job:learner/task:0/cpu:0):
 
-  - one resource variable per agent parameter, plus `version` (int64, bumped on every publish)
-    and `finished` (bool, set by the learner before it closes the queue);
+  - one resource variable per agent parameter, plus `version` (int64, bumped on every publish),
+    `environment_frames` (int64, the training frames of the published parameters) and
+    `finished` (bool, set by the learner before it closes the queue);
   - FIFOQueue(shared_name="unrolls") of unrolls.
 
 Resource variables and the queue are shared between processes by name, so an actor's graph
@@ -18,8 +20,10 @@ Unrolls travel as flat lists of numpy arrays (see `UnrollSpec`), one queue eleme
 environment: an actor enqueues [N, ...] for its N environments, the learner dequeues [B, ...].
 """
 
+import collections
 import contextlib
 import socket
+import threading
 import time
 
 import numpy as np
@@ -27,6 +31,8 @@ import tensorflow as tf
 from absl import logging
 
 LEARNER_DEVICE = "/job:learner/task:0/cpu:0"
+# The flag that gives each job's addresses: named by errors about them.
+ADDRESS_FLAGS = {"learner": "learner_host", "actor": "actor_hosts", "evaluator": "evaluator_host"}
 _ABORTED_ATTEMPTS = 5
 
 
@@ -46,40 +52,72 @@ def _aborted_error(error):
     return None
 
 
+# What the learner publishes: its parameters (list of numpy arrays), their version (int, 1 at
+# the first publish) and the environment frames (over all learners) they were trained on.
+Published = collections.namedtuple("Published", ["parameters", "version", "frames"])
+
+
 class AddressError(ValueError):
     """A host:port string that cannot be used."""
 
 
 def parse_host_port(address, flag_name):
-    """'10.0.0.1:8001' -> ('10.0.0.1', 8001), or AddressError naming the flag and the value."""
+    """'10.0.0.1:8001' -> ('10.0.0.1', 8001), or AddressError naming the flag and the value.
+
+    IPv6 hosts ('::1:8001', '[::1]:8001') are not supported: refused here, by name, rather than
+    left to hang the worker that is given one.
+    """
     host, sep, port = address.strip().rpartition(":")
     if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
         raise AddressError(f"--{flag_name}: {address!r} is not HOST:PORT (PORT in 1..65535)")
+    if ":" in host or host.startswith("["):
+        raise AddressError(
+            f"--{flag_name}: {address!r}: IPv6 is not supported; use an IPv4 address or a host name"
+        )
     return host, int(port)
 
 
-def is_listening(address, timeout_secs=2.0):
-    """Whether something accepts TCP connections at HOST:PORT.
+# A client's HTTP/2 connection preface and an empty SETTINGS frame (RFC 9113, 3.4 and 6.5).
+_HTTP2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + bytes([0, 0, 0, 4, 0, 0, 0, 0, 0])
+_HTTP2_SETTINGS_FRAME = 4  # the frame type of a server's first frame, its connection preface
 
-    Checked before a session call that needs the learner: with the learner's server down, TF
-    blocks creating the session (no RunOptions timeout applies) instead of failing.
+
+def is_serving(address, timeout_secs=2.0):
+    """Whether a gRPC (HTTP/2) server answers at HOST:PORT within `timeout_secs`: it must reply
+    to a client's connection preface with its SETTINGS frame.
+
+    Checked before a session call that needs the learner: TF blocks creating the session (no
+    RunOptions timeout applies) when nothing listens there, and when whatever listens does not
+    answer as a TF server.
     """
     host, port = parse_host_port(address, "learner_host")
+    deadline = time.monotonic() + timeout_secs
     try:
-        socket.create_connection((host, port), timeout=timeout_secs).close()
-    except OSError:
+        with socket.create_connection((host, port), timeout=timeout_secs) as connection:
+            connection.sendall(_HTTP2_PREFACE)
+            header = b""
+            while len(header) < 9:  # a frame header: length (3 bytes), type, flags, stream
+                connection.settimeout(max(1e-3, deadline - time.monotonic()))
+                chunk = connection.recv(9 - len(header))
+                if not chunk:
+                    return False
+                header += chunk
+    except OSError:  # refused, unreachable, or no answer in time
         return False
-    return True
+    return header[3] == _HTTP2_SETTINGS_FRAME
 
 
-def cluster_spec(learner_host, actor_hosts):
-    """tf.train.ClusterSpec of one worker set; validates every address first."""
-    parse_host_port(learner_host, "learner_host")
-    for address in actor_hosts:
-        parse_host_port(address, "actor_hosts")
+def cluster_spec(learner_host, actor_hosts, evaluator_host=None):
+    """tf.train.ClusterSpec of one worker set (with its evaluator unless `evaluator_host` is
+    None); validates every address first."""
     jobs = {"learner": [learner_host]}
     if actor_hosts:
         jobs["actor"] = list(actor_hosts)
+    if evaluator_host is not None:
+        jobs["evaluator"] = [evaluator_host]
+    for job, addresses in jobs.items():
+        for address in addresses:
+            parse_host_port(address, ADDRESS_FLAGS[job])
     return tf.train.ClusterSpec(jobs)
 
 
@@ -101,7 +139,7 @@ def ensure_port_free(address, flag_name):
 def start_server(spec, job_name, task):
     """Starts this process's TF server in `spec` and returns it."""
     address = spec.task_address(job_name, task)
-    ensure_port_free(address, "learner_host" if job_name == "learner" else "actor_hosts")
+    ensure_port_free(address, ADDRESS_FLAGS[job_name])
     return tf.distribute.Server(spec, job_name=job_name, task_index=task, start=True)
 
 
@@ -125,7 +163,8 @@ class Transport:
 
     Args:
       server: this process's tf.distribute.Server.
-      job_name: "learner" or "actor" (an actor's session only sees the learner and itself).
+      job_name: "learner", "actor" or "evaluator" (a client's session only sees the learner and
+        itself).
       task: this process's task index in its job.
       parameter_specs: list of (shape, dtype) of the agent's trainable variables, in order.
       unroll_spec: UnrollSpec of one unroll.
@@ -145,9 +184,10 @@ class Transport:
                 for i, (shape, dtype) in enumerate(parameter_specs)
             ]
             self._version = tf.Variable(tf.constant(0, tf.int64), name="parameter_version")
+            self._frames = tf.Variable(tf.constant(0, tf.int64), name="environment_frames")
             self._finished = tf.Variable(False, name="training_finished")
             self._init = tf.compat.v1.variables_initializer(
-                self._parameters + [self._version, self._finished]
+                self._parameters + [self._version, self._frames, self._finished]
             )
             self._queue = tf.queue.FIFOQueue(
                 queue_capacity,
@@ -164,12 +204,16 @@ class Transport:
             assigns = [
                 v.assign(f) for v, f in zip(self._parameters, self._parameter_feeds, strict=True)
             ]
+            self._frames_feed = tf.compat.v1.placeholder(tf.int64, [])
+            assigns.append(self._frames.assign(self._frames_feed))
             with tf.control_dependencies(assigns):
                 self._publish = self._version.assign_add(1)
-            self._read_parameters = (
+            self._read_parameters = Published(
                 [v.read_value() for v in self._parameters],
                 self._version.read_value(),
+                self._frames.read_value(),
             )
+            self._read_frames = self._frames.read_value()
             self._unroll_feeds = [
                 tf.compat.v1.placeholder(s.dtype, [None] + s.shape.as_list())
                 for s in unroll_spec.specs
@@ -195,8 +239,13 @@ class Transport:
 
     def reconnect(self):
         """A fresh session, e.g. after the learner restarted (the old one may hold dead state)."""
-        self.session.close()
+        self.close()
         self.session = self._new_session()
+
+    def close(self):
+        """Closes the session on a daemon thread: closing one whose learner is gone waits on
+        the dead peer for minutes, and neither a reconnect nor the process's exit may wait."""
+        threading.Thread(target=self.session.close, name="close-session", daemon=True).start()
 
     # Learner side.
 
@@ -227,11 +276,11 @@ class Transport:
     def initialize(self):
         self._run_learner_op(self._init)
 
-    def publish(self, parameters):
-        """Publishes a list of numpy arrays as the new parameters; returns the new version."""
-        return self._run_learner_op(
-            self._publish, dict(zip(self._parameter_feeds, parameters, strict=True))
-        )
+    def publish(self, parameters, frames):
+        """Publishes a list of numpy arrays as the new parameters, trained on `frames`
+        environment frames (over all learners); returns the new version."""
+        feeds = dict(zip(self._parameter_feeds, parameters, strict=True))
+        return self._run_learner_op(self._publish, {**feeds, self._frames_feed: frames})
 
     def dequeue(self, batch_size, timeout_ms):
         """[batch_size, ...] flat list of numpy arrays; raises DeadlineExceededError on timeout
@@ -274,19 +323,24 @@ class Transport:
     # Actor side.
 
     def pull_parameters(self):
-        """(list of numpy parameters, version >= 1).
+        """The learner's newest Published parameters: (list of numpy arrays, version >= 1,
+        environment frames they were trained on).
 
         Raises FailedPreconditionError before the learner has initialised its state, and also
         between that and its first publish: version 0 is the zeros the variables start from, not
         the learner's parameters (an actor that acted on them sent unrolls of a uniform policy,
         seen under load as a first |log rho| of 1e-3 where 0 was due).
         """
-        parameters, version = self.session.run(self._read_parameters)
-        if version == 0:
+        published = Published(*self.session.run(self._read_parameters))
+        if published.version == 0:
             raise tf.errors.FailedPreconditionError(
                 None, None, "the learner has not published its parameters yet"
             )
-        return parameters, version
+        return published
+
+    def published_frames(self):
+        """The environment frames of the newest published parameters (0 before the first)."""
+        return int(self.session.run(self._read_frames))
 
     def enqueue(self, flat_unrolls):
         """Enqueues a flat list of [N, ...] numpy arrays: N unrolls."""

@@ -1,4 +1,4 @@
-"""The workers CSV: one row per learner or actor, validated whole before anything starts.
+"""The workers CSV: one row per learner, actor or evaluator, validated whole before anything starts.
 
 The header is the original IMPALA+Horovod frontend's, plus an optional `ssh_key_path` column:
 
@@ -7,22 +7,30 @@ The header is the original IMPALA+Horovod frontend's, plus an optional `ssh_key_
 Rows on this machine (`localhost`, a loopback address, this host's name or one of its interface
 addresses) need no SSH fields. Every other row is remote and needs `ssh_port`, `ssh_username` and a
 credential: `ssh_password` (literally, or `env:VARNAME` to read it from that environment variable),
-`ssh_key_path`, or a running ssh-agent (`SSH_AUTH_SOCK`).
+`ssh_key_path`, or a running ssh-agent (`SSH_AUTH_SOCK`). A password in the CSV is taken as
+written (surrounding spaces are refused); every password must be long enough to be masked in
+output. Hosts are IPv4 addresses or names: IPv6 is refused.
 
 Actors are grouped round-robin under learners in CSV order, exactly as the original: actor k goes
-to worker set k % num_learners. Each worker set is one distributed-TF cluster
-{'learner': [its learner], 'actor': [its actors]}; the learners of all sets average gradients.
+to worker set k % num_learners; so does evaluator k, at most one per worker set. Each worker set
+is one distributed-TF cluster {'learner': [its learner], 'actor': [its actors], 'evaluator':
+[its evaluator, if any]}; the learners of all sets average gradients.
 """
 
 import csv
 import dataclasses
+import io
 import ipaddress
 import os
+import pathlib
 import socket
+import stat
 
 import psutil
 
-JOBS = ("learner", "actor")
+import console
+
+JOBS = ("learner", "actor", "evaluator")
 COLUMNS = (
     "job",
     "ip",
@@ -34,10 +42,20 @@ COLUMNS = (
 )
 OPTIONAL_COLUMNS = ("ssh_key_path",)
 ENV_PREFIX = "env:"
+MIN_PASSWORD_LENGTH = 8  # Shorter ones could not be masked in output without masking words.
 
 
 class CsvError(ValueError):
-    """All problems of a workers CSV, one `PATH:LINE: row N, field 'F': problem` per line."""
+    """All problems of a workers CSV, one `PATH:LINE: row N, field 'F': problem` per line.
+
+    No message quotes a secret of the file (read_workers); still, its text has them masked, and
+    `secrets` holds them for the frontend to mask in everything else it prints. Values too short
+    to mask without masking words too are left out: masked, they would tell what they are.
+    """
+
+    def __init__(self, problems, secrets=()):
+        self.secrets = tuple(s for s in secrets if len(s.strip()) >= MIN_PASSWORD_LENGTH)
+        super().__init__(console.mask(problems, self.secrets))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -80,15 +98,21 @@ class Worker:
 
 @dataclasses.dataclass(frozen=True)
 class WorkerSet:
-    """One learner and the actors that feed it."""
+    """One learner, the actors that feed it and the evaluator that plays its policy, if any."""
 
     index: int
     learner: Worker
     actors: tuple[Worker, ...]
+    evaluator: Worker | None = None
 
     @property
     def actor_hosts(self):
         return ",".join(actor.host for actor in self.actors)
+
+    @property
+    def workers(self):
+        """Its learner, actors and evaluator (if any), in that order."""
+        return (self.learner, *self.actors) + ((self.evaluator,) if self.evaluator else ())
 
 
 def local_addresses():
@@ -131,23 +155,90 @@ def _port(value):
     return int(value)
 
 
+def _read_records(path):
+    """The CSV at `path` as (first line, last line, values) per record, the header's first.
+
+    Raises CsvError naming the file when it cannot be read, is not UTF-8 text (a binary or
+    compressed file) or is not CSV.
+    """
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except OSError as e:
+        raise CsvError(f"{path}: cannot read the workers CSV: {e.strerror}") from None
+    try:
+        # utf-8-sig: spreadsheet programs start a saved CSV with a byte-order mark.
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError:
+        text = None
+    if text is None or "\0" in text:  # NUL is valid UTF-8, but no text file holds it.
+        raise CsvError(
+            f"{path}: not a text file: the workers CSV must be UTF-8 text, not a binary or "
+            "compressed file"
+        )
+    reader = csv.reader(io.StringIO(text, newline=""))
+    records, last_line = [], 0
+    try:
+        for values in reader:
+            records.append((last_line + 1, reader.line_num, values))
+            last_line = reader.line_num
+    except csv.Error as e:
+        raise CsvError(f"{path}:{last_line + 1}: not valid CSV from this line on: {e}") from None
+    return records
+
+
+def _spans_lines(value):
+    return "\n" in value or "\r" in value
+
+
+def _password(written, environ):
+    """(password, where it comes from, problem or '') of a remote row's ssh_password as written.
+
+    The password in the CSV is taken as written, so surrounding spaces are refused rather than
+    silently dropped or kept; one from `env:VARNAME` is used exactly as set. Either must be long
+    enough to be masked in output without masking ordinary words and numbers too.
+    """
+    if not written.strip():
+        return "", "", ""
+    if written != written.strip():
+        problem = (
+            "starts or ends with a space, which a password in the CSV may not (a space after a "
+            "comma would silently become part of it): remove the space, or give the password "
+            "as env:VARNAME, which is used exactly as set"
+        )
+        return "", "the CSV", problem
+    if written.startswith(ENV_PREFIX):
+        variable = written[len(ENV_PREFIX) :]
+        password, source = environ.get(variable, ""), f"${variable}"
+        if not password:
+            return "", source, f"environment variable {variable!r} is not set or empty"
+    else:
+        password, source = written, "the CSV"
+    if len(password) < MIN_PASSWORD_LENGTH:
+        problem = (
+            f"the password from {source} is shorter than {MIN_PASSWORD_LENGTH} characters, too "
+            "short to be masked safely in output: use a longer one"
+        )
+        return password, source, problem
+    return password, source, ""
+
+
 def read_workers(path, local_names=None, environ=os.environ):
     """Reads and validates every row of the CSV at `path`; raises CsvError listing all problems.
 
     Returns the workers in CSV order. `local_names` (default: `local_addresses()`) decides which
     rows run on this machine; `environ` supplies `env:VARNAME` passwords and `SSH_AUTH_SOCK`.
+    No message shows a value from the ssh_password column on, nor a password.
     """
     local_names = local_addresses() if local_names is None else local_names
-    try:
-        # utf-8-sig: spreadsheet programs start a saved CSV with a byte-order mark.
-        with open(path, newline="", encoding="utf-8-sig") as f:
-            reader = csv.reader(f)
-            header = [name.strip() for name in next(reader, [])]
-            # (line, values) per non-blank row; reader.line_num is the row's last line.
-            rows = [(reader.line_num, row) for row in reader if any(v.strip() for v in row)]
-    except OSError as e:
-        raise CsvError(f"{path}: cannot read the workers CSV: {e.strerror}") from None
-
+    records = _read_records(path)
+    _, header_last_line, header = records[0] if records else (1, 1, [])
+    if any(map(_spans_lines, header)):
+        raise CsvError(
+            f"{path}:1: header: a double quote in it is never closed, so lines "
+            f"1-{header_last_line} were read into it"
+        )
+    header = [name.strip() for name in header]
     missing = [c for c in COLUMNS if c not in header]
     unknown = [c for c in header if c not in COLUMNS + OPTIONAL_COLUMNS]
     if missing or unknown:
@@ -157,33 +248,65 @@ def read_workers(path, local_names=None, environ=os.environ):
             f"{path}:1: header: {'; '.join(problems)}; the header must be "
             f"{','.join(COLUMNS)} with an optional ,{OPTIONAL_COLUMNS[0]}"
         )
+    rows = [record for record in records[1:] if any(v.strip() for v in record[2])]
     if not rows:
         raise CsvError(f"{path}: no worker rows after the header")
+    # An unquoted comma in a password shifts its end into the next columns: every value from the
+    # password's column on is a secret, never shown.
+    first_secret = header.index("ssh_password")
+    secret_columns = set(header[first_secret:])
+    secrets = [s for _, _, values in rows for v in values[first_secret:] for s in (v, v.strip())]
 
     errors = []
     workers = []
     first_row_of_address = {}
-    for row_number, (line, values) in enumerate(rows, start=1):
+    for row_number, (line, last_line, values) in enumerate(rows, start=1):
 
         def error(field, problem, line=line, row_number=row_number):
             errors.append(f"{path}:{line}: row {row_number}, field '{field}': {problem}")
 
+        spanning = [i for i, v in enumerate(values) if _spans_lines(v)]
+        if spanning:
+            error(
+                header[min(spanning[0], len(header) - 1)],
+                f"runs over lines {line}-{last_line}: a double quote opened in it is never "
+                "closed, so the lines after it were read into it (a value cannot hold a line "
+                "break)",
+            )
+            continue
         if len(values) > len(header):
-            error(header[-1], f"{len(values)} values for {len(header)} columns")
+            error(
+                header[-1],
+                f"{len(values)} values for {len(header)} columns: more fields than the header "
+                "(an unquoted comma in a password?); put a value that holds a comma in double "
+                "quotes",
+            )
             continue
         value = dict.fromkeys(COLUMNS + OPTIONAL_COLUMNS, "")
-        value.update(zip(header, (v.strip() for v in values), strict=False))
+        value.update(
+            (name, v if name == "ssh_password" else v.strip())
+            for name, v in zip(header, values, strict=False)
+        )
+        # The row as messages show it: never a value that may hold (the end of) a password.
+        shown = {
+            name: (v and console.MASK) if name in secret_columns else v for name, v in value.items()
+        }
         if value["job"] not in JOBS:
-            error("job", f"{value['job']!r} is not a job; valid jobs: {', '.join(JOBS)}")
+            error("job", f"{shown['job']!r} is not a job; valid jobs: {', '.join(JOBS)}")
         if not value["ip"]:
             error("ip", "empty; give the host's address or name")
+        elif ":" in value["ip"]:
+            error(
+                "ip",
+                f"{shown['ip']!r}: IPv6 is not supported; use an IPv4 address or a host name",
+            )
         tf_port = _port(value["tf_port"])
         if tf_port is None:
-            error("tf_port", f"{value['tf_port']!r} is not a port number (an integer in 1..65535)")
+            error("tf_port", f"{shown['tf_port']!r} is not a port number (an integer in 1..65535)")
         if not _is_device_list(value["cuda_visible_devices"]):
             error(
                 "cuda_visible_devices",
-                f"{value['cuda_visible_devices']!r} is not a device list: leave it empty (no GPU) "
+                f"{shown['cuda_visible_devices']!r} is not a device list: leave it empty (no GPU) "
                 "or give comma-separated GPU indices such as 0 or 0,1",
             )
         local = is_local(value["ip"], local_names)
@@ -194,7 +317,7 @@ def read_workers(path, local_names=None, environ=os.environ):
                 other_row, other_line = first_row_of_address[address]
                 error(
                     "tf_port",
-                    f"{value['ip']}:{tf_port} is also used by row {other_row} (line {other_line})",
+                    f"{shown['ip']}:{tf_port} is also used by row {other_row} (line {other_line})",
                 )
             else:
                 first_row_of_address[address] = (row_number, line)
@@ -206,25 +329,25 @@ def read_workers(path, local_names=None, environ=os.environ):
             if ssh_port is None:
                 error(
                     "ssh_port",
-                    f"{value['ssh_port']!r} is not a port number (an integer in 1..65535); "
-                    f"{value['ip']} is not this host, so the row needs its SSH port (usually 22)",
+                    f"{shown['ssh_port']!r} is not a port number (an integer in 1..65535); "
+                    f"{shown['ip']} is not this host, so the row needs its SSH port (usually 22)",
                 )
             if not value["ssh_username"]:
-                error("ssh_username", f"empty; {value['ip']} is not this host, so SSH needs a user")
-            if value["ssh_password"].startswith(ENV_PREFIX):
-                variable = value["ssh_password"][len(ENV_PREFIX) :]
-                password_source = f"${variable}"
-                password = environ.get(variable, "")
-                if not password:
-                    error("ssh_password", f"environment variable {variable!r} is not set or empty")
-            elif value["ssh_password"]:
-                password, password_source = value["ssh_password"], "the CSV"
+                error("ssh_username", f"empty; {shown['ip']} is not this host, so SSH needs a user")
+            password, password_source, problem = _password(value["ssh_password"], environ)
+            secrets.append(password)
+            if problem:
+                error("ssh_password", problem)
             if key_path and not os.path.isfile(key_path):
-                error("ssh_key_path", f"no such file: {key_path!r}")
+                error(
+                    "ssh_key_path",
+                    "no such file (the path is not shown: it may be the end of a password cut "
+                    "at an unquoted comma)",
+                )
             if not (password_source or key_path or environ.get("SSH_AUTH_SOCK")):
                 error(
                     "ssh_password",
-                    f"{value['ip']} is not this host and the row has no credential: give "
+                    f"{shown['ip']} is not this host and the row has no credential: give "
                     "ssh_password (or env:VARNAME), ssh_key_path, or run an ssh-agent",
                 )
         workers.append(
@@ -244,16 +367,52 @@ def read_workers(path, local_names=None, environ=os.environ):
             )
         )
     if errors:
-        raise CsvError("\n".join(errors))
+        raise CsvError("\n".join(errors), secrets)
     return workers
 
 
+def _others_can_read(path):
+    """Whether users other than its owner can read the file at `path`: its group or others may
+    read it, and pass through every directory above it."""
+    path = pathlib.Path(path).resolve()
+    directory_modes = [directory.stat().st_mode for directory in path.parents]
+    mode = path.stat().st_mode
+    return any(
+        mode & read and all(directory_mode & search for directory_mode in directory_modes)
+        for read, search in (
+            (stat.S_IRGRP, stat.S_IXGRP | stat.S_IXOTH),
+            (stat.S_IROTH, stat.S_IXOTH),
+        )
+    )
+
+
+def exposed_passwords_warning(path, workers):
+    """A warning if the CSV at `path` gives `workers` passwords that other users can read, else ''.
+
+    As OpenSSH warns of a private key file that others can read.
+    """
+    if not any(w.password_source == "the CSV" for w in workers) or not _others_can_read(path):
+        return ""
+    mode = stat.S_IMODE(os.stat(path).st_mode)
+    return (
+        f"WARNING: {path} holds SSH passwords and other users can read it (mode {mode:04o}): "
+        f"chmod 600 {path}, or give the passwords as env:VARNAME"
+    )
+
+
 def split_worker_sets(workers):
-    """Actor k (in CSV order) joins learner k % num_learners, as in the original frontend."""
+    """Actor k (in CSV order) joins learner k % num_learners, as in the original frontend; so does
+    evaluator k (load_worker_sets refuses more evaluators than learners)."""
     learners = [w for w in workers if w.job == "learner"]
     actors = [w for w in workers if w.job == "actor"]
+    evaluators = [w for w in workers if w.job == "evaluator"]
     return [
-        WorkerSet(index=i, learner=learner, actors=tuple(actors[i :: len(learners)]))
+        WorkerSet(
+            index=i,
+            learner=learner,
+            actors=tuple(actors[i :: len(learners)]),
+            evaluator=evaluators[i] if i < len(evaluators) else None,
+        )
         for i, learner in enumerate(learners)
     ]
 
@@ -261,16 +420,27 @@ def split_worker_sets(workers):
 def load_worker_sets(path, local_names=None, environ=os.environ):
     """Reads, validates and groups the CSV at `path`; raises CsvError listing all problems."""
     workers = read_workers(path, local_names, environ)
+    passwords = [w.password for w in workers]
     learners = [w for w in workers if w.job == "learner"]
     actors = [w for w in workers if w.job == "actor"]
+    evaluators = [w for w in workers if w.job == "evaluator"]
     if not learners:
-        first = actors[0]
-        more = f" (nor do the {len(actors) - 1} other actors)" if len(actors) > 1 else ""
+        first = workers[0]
+        more = f" (nor do the {len(workers) - 1} other rows)" if len(workers) > 1 else ""
         raise CsvError(
-            f"{path}:{first.line}: row {first.row}, field 'job': actor {first.host} has no "
-            f"learner{more}: the file has no learner row"
+            f"{path}:{first.line}: row {first.row}, field 'job': {first.job} {first.host} has "
+            f"no learner{more}: the file has no learner row",
+            passwords,
         )
     errors = []
+    if len(evaluators) > len(learners):
+        # Evaluator k joins worker set k % num_learners: the first one too many is set 0's second.
+        extra = evaluators[len(learners)]
+        errors.append(
+            f"{path}:{extra.line}: row {extra.row}, field 'job': a second evaluator for worker "
+            f"set 0 (learner row {learners[0].row}): at most one per worker set; evaluator k "
+            f"goes to worker set k % {len(learners)} and there are {len(evaluators)} evaluators"
+        )
     for worker_set in split_worker_sets(workers):
         learner = worker_set.learner
         prefix = f"{path}:{learner.line}: row {learner.row}"
@@ -280,13 +450,13 @@ def load_worker_sets(path, local_names=None, environ=os.environ):
                 f"learner k % {len(learners)} and there are {len(actors)} actor(s); add actors "
                 "or remove learners"
             )
-        remote_rows = [a.row for a in worker_set.actors if not a.is_local]
+        remote_rows = [w.row for w in worker_set.workers[1:] if not w.is_local]
         if remote_rows and _is_loopback(learner.ip):
             errors.append(
                 f"{prefix}, field 'ip': learner {learner.host} is a loopback address, which its "
-                f"remote actors (rows {remote_rows}) cannot reach; give an address of this host "
+                f"remote workers (rows {remote_rows}) cannot reach; give an address of this host "
                 "that they can reach"
             )
     if errors:
-        raise CsvError("\n".join(errors))
+        raise CsvError("\n".join(errors), passwords)
     return split_worker_sets(workers)

@@ -5,6 +5,7 @@ kills them all, children included, when the benchmark ends or fails.
 """
 
 import dataclasses
+import datetime
 import os
 import pathlib
 import re
@@ -46,3 +47,30 @@ def peak_rss_mb(process):
     """Peak resident set size (VmHWM) of a live psutil.Process, in MiB."""
     status = pathlib.Path(f"/proc/{process.pid}/status").read_text()
     return int(re.search(r"^VmHWM:\s+(\d+) kB", status, re.MULTILINE)[1]) / 1024
+
+
+_PROGRESS_LINE = re.compile(
+    r"^I(\d{4}) (\d\d:\d\d:\d\d\.\d+) .*\] frames (\d+) \(.*\| queue (\d+)/", re.MULTILINE
+)
+
+
+def progress_points(log):
+    """(unix time, global frames, queue size) of each of rank 0's progress log lines."""
+    year = datetime.date.today().year
+    return [
+        (
+            datetime.datetime.strptime(f"{year}{day} {clock}", "%Y%m%d %H:%M:%S.%f").timestamp(),
+            int(frames),
+            int(queue),
+        )
+        for day, clock, frames, queue in _PROGRESS_LINE.findall(log)
+    ]
+
+
+def rate_between(log, start, end):
+    """Global frames/s of rank 0's progress lines logged from `start` to `end` (unix times);
+    None if fewer than two lines fall in between."""
+    points = [p for p in progress_points(log) if start <= p[0] <= end]
+    if len(points) < 2:
+        return None
+    return (points[-1][1] - points[0][1]) / (points[-1][0] - points[0][0])

@@ -73,7 +73,7 @@ def _model_actor(config, inference, index, allowance, produced, ready, start):
     # Spawned from the real-time learner stage's process: back to the normal policy, as an
     # actor of the system runs, before its threads start.
     os.sched_setscheduler(0, os.SCHED_OTHER, os.sched_param(0))
-    priorities.lower_actor_priority(config.actor_niceness)
+    priorities.lower_priority("actor", config.actor_niceness)
     experiment.size_thread_pools("model actor", experiment.thread_pools(config, "actor"))
     agent, _, num_actions, _ = experiment.build_agent(config)
     settings = environments.AtariSettings(

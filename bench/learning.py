@@ -6,11 +6,11 @@
 real system (one learner and --actors actors of experiment.py on loopback) to its frame budget,
 then reads the per-game returns the learner wrote to TensorBoard and writes, to --output_dir,
 `<run>.csv` (frames, episode_return, mean_return_100) and `<run>.png` (returns and the policy's
-entropy against frames). Printed: a table and, last, one JSON line. `--resume` continues an
-interrupted run from its checkpoint: the learner restores the frame count (the replay memory
-refills), and the curve reads the summaries of all parts. `--curves_only` trains nothing: it
-writes the CSV and PNG of each run's newest run directory as far as it got (a run still going,
-or one stopped before its budget).
+entropy against frames, drawn by tools/curves.py). Printed: a table and, last, one JSON line.
+`--resume` continues an interrupted run from its checkpoint: the learner restores the frame count
+(the replay memory refills), and the curve reads the summaries of all parts. `--curves_only`
+trains nothing: it writes the CSV and PNG of each run's newest run directory as far as it got (a
+run still going, or one stopped before its budget).
 
   cartpole        CartPole-v1, MLPAgent, 500K frames (= agent steps): the frames at which the
                   mean return over the last 100 games first reaches 475 (target: within the
@@ -36,17 +36,13 @@ import os
 import tempfile
 import time
 
-import matplotlib
 import numpy as np
 from absl import app, flags
 
 import config as config_lib
 import local_cluster
-import summaries
 from bench import cluster
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402 - after choosing the file-only backend.
+from tools import curves
 
 # The defaults (config.Config: PPO's Atari recipe on this learner, replay ratio 3 with the
 # clipped surrogate, 64-step updates); the IMPALA paper's settings (config.IMPALA_PAPER)
@@ -98,8 +94,6 @@ RUNS = {
         "target": 18.0,
     },
 }
-WINDOW = 100  # games in the running mean
-
 flags.DEFINE_list("runs", ["cartpole", "pong"], f"Any of {', '.join(RUNS)}.")
 flags.DEFINE_bool("quick", False, f"Pong trains {RUNS['pong']['quick_frames']:,} frames only.")
 flags.DEFINE_integer("actors", 2, "Actors of each run, dealt round-robin to its learners.")
@@ -144,45 +138,13 @@ def train(run_dir, config, num_learners):
     return time.monotonic() - start, logdir
 
 
-def curve(logdir, level_name):
-    """[N, 3] array of (frames, episode return, mean return of the last <= 100 games)."""
-    points = summaries.episode_returns(logdir, level_name)
-    if not points:
-        raise RuntimeError(f"no {level_name}/episode_return summaries in {logdir}")
-    frames, returns = np.array(points, dtype=np.float64).T
-    cumulative = np.concatenate([[0.0], np.cumsum(returns)])
-    counts = np.minimum(np.arange(1, len(returns) + 1), WINDOW)
-    means = (cumulative[1:] - cumulative[np.arange(1, len(returns) + 1) - counts]) / counts
-    return np.stack([frames, returns, means], axis=1)
-
-
 def first_frames_at(points, target):
-    """Frames at which the mean over a full window of games first reaches `target`, or None."""
-    reached = np.nonzero(points[WINDOW - 1 :, 2] >= target)[0]
-    return int(points[WINDOW - 1 + reached[0], 0]) if len(reached) else None
+    """Frames at which the mean over a full window of games first reaches `target`, or None.
 
-
-def plot(points, entropy, title, target, path):
-    """Returns against frames above, the policy's entropy (fraction of its maximum) below.
-
-    points: [N, 3] from curve(); entropy: [M, 2] (frames, entropy fraction), may be empty.
-    """
-    figure, (returns_axes, entropy_axes) = plt.subplots(
-        2, 1, figsize=(8, 6.5), sharex=True, height_ratios=[3, 1]
-    )
-    returns_axes.plot(points[:, 0], points[:, 1], ".", alpha=0.3, markersize=3, label="game return")
-    returns_axes.plot(points[:, 0], points[:, 2], "-", label=f"mean of last {WINDOW} games")
-    returns_axes.axhline(target, color="gray", linestyle="--", label=f"target {target:g}")
-    returns_axes.set(ylabel="episode return", title=title)
-    returns_axes.legend(loc="best")
-    if len(entropy):
-        entropy_axes.plot(entropy[:, 0], entropy[:, 1], "-", color="tab:green")
-    entropy_axes.set(xlabel="environment frames", ylabel="entropy / max", ylim=(0, 1.05))
-    for axes in (returns_axes, entropy_axes):
-        axes.grid(alpha=0.3)
-    figure.tight_layout()
-    figure.savefig(path, dpi=100)
-    plt.close(figure)
+    points: [N, 3] of curves.RunCurves.returns."""
+    window = curves.WINDOW
+    reached = np.nonzero(points[window - 1 :, 2] >= target)[0]
+    return int(points[window - 1 + reached[0], 0]) if len(reached) else None
 
 
 def newest_run_dir(name):
@@ -213,7 +175,8 @@ def benchmark(name):
         load_average = cluster.wait_for_quiet_machine()
         wall_secs, logdir = train(run_dir, config, num_learners)
     level_name = config.level_name
-    points = curve(logdir, level_name)
+    run = curves.read_run(logdir, name, level_name)
+    points = run.returns
     csv_path = os.path.join(FLAGS.output_dir, f"{name}.csv")
     np.savetxt(
         csv_path,
@@ -226,13 +189,11 @@ def benchmark(name):
     target = RUNS[name]["target"]
     budget = config.total_environment_frames
     frames = int(points[-1, 0])  # at the last game: the budget, unless the run stopped early
-    entropy = np.array(summaries.scalars(logdir, "policy/entropy_fraction")).reshape(-1, 2)
-    plot(
-        points,
-        entropy,
-        f"{level_name}, {config.agent_name}, {frames:,} of {budget:,} frames",
-        target,
+    curves.draw(
+        [run],
         os.path.join(FLAGS.output_dir, f"{name}.png"),
+        title=f"{level_name}, {config.agent_name}, {frames:,} of {budget:,} frames",
+        target=target,
     )
     return {
         "run": name,

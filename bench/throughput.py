@@ -42,10 +42,8 @@ if __name__ == "__main__":
     allocator.use_tcmalloc()
 
 import dataclasses
-import datetime
 import json
 import os
-import re
 import tempfile
 import time
 
@@ -84,33 +82,6 @@ SETTLE_SECS = 3
 STARTUP_TIMEOUT_SECS = 600
 
 
-_PROGRESS_LINE = re.compile(
-    r"^I(\d{4}) (\d\d:\d\d:\d\d\.\d+) .*\] frames (\d+) \(.*\| queue (\d+)/", re.MULTILINE
-)
-
-
-def progress_points(log):
-    """(unix time, global frames, queue size) of each of rank 0's progress log lines."""
-    year = datetime.date.today().year
-    return [
-        (
-            datetime.datetime.strptime(f"{year}{day} {clock}", "%Y%m%d %H:%M:%S.%f").timestamp(),
-            int(frames),
-            int(queue),
-        )
-        for day, clock, frames, queue in _PROGRESS_LINE.findall(log)
-    ]
-
-
-def rate_between(log, start, end):
-    """Global frames/s of rank 0's progress lines logged from `start` to `end` (unix times);
-    None if fewer than two lines fall in between."""
-    points = [p for p in progress_points(log) if start <= p[0] <= end]
-    if len(points) < 2:
-        return None
-    return (points[-1][1] - points[0][1]) / (points[-1][0] - points[0][0])
-
-
 def paired_rounds(workers, limit_stages, uses, frames_per_step, rounds, window_secs):
     """`rounds` rounds, each: the system paused while the limit's stages are timed (one window
     each), then the system alone for `window_secs` -> [dict per round: the stages' CPU ms per
@@ -129,7 +100,7 @@ def paired_rounds(workers, limit_stages, uses, frames_per_step, rounds, window_s
         time.sleep(SETTLE_SECS)
         start = time.time()
         time.sleep(window_secs)
-        frames_per_second = rate_between(workers.learner_log(), start, time.time())
+        frames_per_second = cluster.rate_between(workers.learner_log(), start, time.time())
         workers.check_running()
         if frames_per_second is None:
             raise RuntimeError(f"fewer than two progress lines in a {window_secs} s window")
@@ -169,7 +140,7 @@ def measure_system(
     )
     with local_cluster.WorkerSets(num_learners, num_actors, flag_args, run_dir) as workers:
         deadline = time.monotonic() + STARTUP_TIMEOUT_SECS
-        while len(progress_points(workers.learner_log())) < 2:  # the first step is tracing
+        while len(cluster.progress_points(workers.learner_log())) < 2:  # the first step is tracing
             workers.check_running()
             if time.monotonic() > deadline:
                 raise RuntimeError(f"no learner progress after {STARTUP_TIMEOUT_SECS} s")
@@ -188,12 +159,14 @@ def measure_system(
         learner_pss, actor_pss = ([cluster.pss_mb(p) for p in g] for g in (learners, actors))
         # From the last progress line before the window to the last one in it (or, should a
         # learner step take longer than the window, to the first one after it).
-        while not (later := [p for p in progress_points(workers.learner_log()) if p[0] > start]):
+        while not (
+            later := [p for p in cluster.progress_points(workers.learner_log()) if p[0] > start]
+        ):
             workers.check_running()
             if time.time() > start + STARTUP_TIMEOUT_SECS:
                 raise RuntimeError(f"no learner progress in {STARTUP_TIMEOUT_SECS} s: {run_dir}")
             time.sleep(1)
-        points = progress_points(workers.learner_log())
+        points = cluster.progress_points(workers.learner_log())
         rounds = []
         if paired is not None:
             limit_stages, uses, num_rounds, round_secs = paired

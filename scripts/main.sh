@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The main job: set-up (idempotent), then a real multi-learner, multi-actor training run started
 # by the frontend from sandbox/local_workers_example.csv (2 learners under one mpirun, 3 actors,
-# all on this host) on the default environment (Pong). Extra arguments go to the frontend,
-# e.g. `bash scripts/main.sh --total_environment_frames=2000000`; `--stop` tears the run down.
+# an evaluator, all on this host) on the default environment (Pong). Extra arguments go to the
+# frontend, e.g. `bash scripts/main.sh --total_environment_frames=2000000`; `--stop` tears the
+# run down.
 set -euo pipefail
 REPO_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$REPO_DIR"

@@ -11,6 +11,7 @@ import pytest
 import actor
 import config as config_lib
 import experiment
+import learner_link
 from tests.loopback_transport import start_worker_set
 
 UNROLL_LENGTH = 6
@@ -32,7 +33,7 @@ class NewParametersAtEachPull:
             np.full(shape, self._published if len(shape) == 1 else 0, np.float32)
             for shape in self._shapes
         ]
-        assert self._learner_side.publish(values) == self._published
+        assert self._learner_side.publish(values, frames=0) == self._published
         return self._actor_side.pull_parameters()
 
     def __getattr__(self, name):  # enqueue, reconnect, training_finished: the real ones.
@@ -57,9 +58,10 @@ def test_an_actor_loads_new_parameters_every_refresh_steps_inside_an_unroll(
     learner_host, learner_side, actor_side = start_worker_set(parameter_specs, unroll_spec)
     learner_side.initialize()
     shapes = [shape for shape, _ in parameter_specs]
-    link = NewParametersAtEachPull(learner_side, actor_side, shapes)
+    transport = NewParametersAtEachPull(learner_side, actor_side, shapes)
+    link = learner_link.LearnerLink(transport, learner_host, 120, "actor under test")
     env = actor.create_env(config, "test")
-    acting = actor.Actor(config, agent, link, env, "actor under test", learner_host)
+    acting = actor.Actor(config, agent, link, env, "actor under test")
     exit_codes = []
     thread = threading.Thread(target=lambda: exit_codes.append(acting.run()))
     thread.start()

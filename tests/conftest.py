@@ -1,7 +1,14 @@
-"""Shared fixtures: processes started by a test are always killed at its end."""
+"""Shared fixtures: processes started by a test are always killed at its end; a directory
+every user may read; a private tmux server."""
 
+import os
+import pathlib
+import shutil
 import sys
+import tempfile
+import uuid
 
+import libtmux
 import pytest
 
 import local_cluster
@@ -30,3 +37,24 @@ def spawn(start):
         return start([sys.executable, local_cluster.EXPERIMENT, *args], name, env=env)
 
     return run
+
+
+@pytest.fixture
+def open_dir():
+    """A directory every user may pass through (pytest's tmp_path is its owner's alone)."""
+    directory = pathlib.Path(tempfile.mkdtemp(prefix="open_dir_"))
+    directory.chmod(0o755)
+    yield directory
+    shutil.rmtree(directory)
+
+
+@pytest.fixture
+def tmux_socket():
+    """A tmux socket name of its own (tmux -L), its server killed at teardown."""
+    name = f"impt-{uuid.uuid4().hex[:8]}"
+    yield name
+    server = libtmux.Server(socket_name=name)
+    if server.is_alive():
+        server.kill()
+    socket_dir = pathlib.Path(os.environ.get("TMUX_TMPDIR", "/tmp"), f"tmux-{os.getuid()}")
+    (socket_dir / name).unlink(missing_ok=True)  # tmux leaves its socket file behind.

@@ -1,17 +1,21 @@
 """experiment.py end to end: a learner and actors as real processes on loopback, free ports."""
 
 import os
+import re
 import signal
+import socket
+import sys
 
 import numpy as np
 import pytest
 import tensorflow as tf
 
 import config
+import local_cluster
 import pixel_games
 import summaries
 from experiment import actors_share_host, kernel_threads
-from local_cluster import cluster_flags
+from local_cluster import cluster_flags, free_ports
 from tests.training_settings import CARTPOLE, CARTPOLE_ADAM
 
 pytestmark = pytest.mark.slow
@@ -241,8 +245,6 @@ def test_a_replay_too_large_for_the_host_is_refused_before_the_learner_serves(sp
 
 
 def test_port_in_use_and_unreachable_learner(spawn):
-    import socket
-
     flags = cluster_flags(1)
     with socket.socket() as busy:
         busy.bind(("127.0.0.1", int(flags[1].rsplit(":", 1)[1])))
@@ -259,6 +261,25 @@ def test_port_in_use_and_unreachable_learner(spawn):
     log = actor.log()
     assert "waiting for learner" in log
     assert "not reachable/initialised after" in log
+
+
+@pytest.mark.parametrize("learner_host", ["::1:{port}", "[::1]:{port}"])
+def test_an_ipv6_learner_is_refused_naming_the_flag(spawn, learner_host):
+    """An actor given an IPv6 learner exits at once with the reason, instead of hanging silently."""
+    learner_port, actor_port = free_ports(2)
+    actor = spawn(
+        [
+            f"--learner_host={learner_host.format(port=learner_port)}",
+            f"--actor_hosts=127.0.0.1:{actor_port}",
+            *CARTPOLE,
+            "--job_name=actor",
+            "--task=0",
+            "--learner_wait_secs=5",
+        ],
+        "actor_ipv6",
+    )
+    assert actor.wait(timeout=120) == 2
+    assert "--learner_host: " in actor.log() and "IPv6 is not supported" in actor.log()
 
 
 @pytest.mark.parametrize(
@@ -290,7 +311,7 @@ def test_kernel_threads_are_the_workers_share_of_the_cores(
     [
         ("127.0.0.1:8000", ["127.0.0.1:8001"], True),
         ("localhost:8000", ["127.0.0.2:8001"], True),  # both loopback
-        ("[::1]:8000", ["LOCALHOST:8001"], True),
+        ("LOCALHOST:8000", ["127.0.0.1:8001"], True),
         ("10.0.0.1:8000", ["10.0.0.2:8001", "10.0.0.1:8002"], True),
         ("10.0.0.1:8000", ["10.0.0.2:8001", "10.0.0.3:8002"], False),
         ("10.0.0.1:8000", ["127.0.0.1:8001"], False),
@@ -300,3 +321,183 @@ def test_kernel_threads_are_the_workers_share_of_the_cores(
 )
 def test_actors_share_host_compares_the_hosts_of_the_addresses(learner_host, actor_hosts, expected):
     assert actors_share_host(learner_host, actor_hosts) is expected
+
+
+def test_test_mode_evaluates_the_older_checkpoint_when_the_newest_is_truncated(spawn, tmp_path):
+    """A truncated newest checkpoint (a full disk, a crash mid-copy) is logged and skipped: the
+    evaluation plays with the next older one."""
+    from tests.checkpointing_test import truncate, write_learner_checkpoints
+
+    logdir = tmp_path / "logdir"
+    checkpoints = logdir / "checkpoints"
+    write_learner_checkpoints(logdir, 2)  # MLPAgent on CartPole, as the learner saves them
+    truncate(checkpoints / "ckpt-2")
+    evaluation = spawn(
+        [*CARTPOLE, f"--logdir={logdir}", "--mode=test", "--test_num_episodes=1"],
+        "test_truncated_newest",
+    )
+    assert evaluation.wait(timeout=120) == 0, evaluation.log()[-3000:]
+    log = evaluation.log()
+    newest = checkpoints / "ckpt-2"
+    assert f"checkpoint {newest} is unusable (Read less bytes than requested)" in log
+    assert f"evaluating {checkpoints / 'ckpt-1'} (" in log
+    assert "mean return over 1 episodes" in log
+
+
+def test_test_mode_refuses_another_agents_checkpoint_in_one_line(spawn, tmp_path):
+    """A checkpoint of another game's agent (6 actions, CartPole's has 2) is no damage: one line
+    says it does not match the agent, naming both and a variable whose shape differs."""
+    from tests.checkpointing_test import build, write_learner_checkpoints
+
+    logdir = tmp_path / "logdir"
+    write_learner_checkpoints(logdir, 1, agent=build("MLPAgent", num_actions=6))
+    evaluation = spawn([*CARTPOLE, f"--logdir={logdir}", "--mode=test"], "test_other_agent")
+    assert evaluation.wait(timeout=120) == 2, evaluation.log()[-3000:]
+    assert (
+        f"error: checkpoint {logdir / 'checkpoints' / 'ckpt-1'} does not match the agent "
+        "(--agent_name=MLPAgent, 2 actions): agent/_baseline/w has shape [71, 1] in the "
+        "checkpoint, [67, 1] in the agent"
+    ) in evaluation.log()
+
+
+# Bad input: refused before anything starts, with one line naming the flag.
+
+FRONTEND = [
+    sys.executable,
+    str(local_cluster.REPO / "run_experiment_mm_raw.py"),
+    "--workers_csv_path=sandbox/local_workers_example.csv",
+    "--dry_run",
+]
+
+BAD_TRAINING_SETTINGS = [
+    ("--batch_size=0", "flag --batch_size=0: 0 is not a positive integer"),
+    ("--unroll_length=0", "flag --unroll_length=0: 0 is not a positive integer"),
+    ("--num_envs_per_actor=0", "flag --num_envs_per_actor=0: 0 is not a positive integer"),
+    ("--learning_rate=-1", "flag --learning_rate=-1.0: -1.0 is not greater than 0"),
+    ("--replay_ratio=-1", "flag --replay_ratio=-1: -1.0 is not a non-negative number"),
+    (
+        "--total_environment_frames=0",
+        "flag --total_environment_frames=0: 0 is not a positive integer",
+    ),
+]
+
+
+@pytest.mark.parametrize("bad_flag, message", BAD_TRAINING_SETTINGS)
+def test_bad_training_settings_are_refused_by_every_worker(spawn, bad_flag, message):
+    workers = [
+        spawn([*cluster_flags(1), *CARTPOLE, f"--job_name={job}", bad_flag], f"bad_{job}")
+        for job in ("learner", "actor")
+    ]
+    for worker in workers:
+        assert worker.wait(timeout=120) == 1, worker.log()[-3000:]
+        assert message in worker.log()
+
+
+@pytest.mark.parametrize("bad_flag, message", BAD_TRAINING_SETTINGS)
+def test_bad_training_settings_are_refused_by_the_frontend_before_planning(
+    start, tmp_path, bad_flag, message
+):
+    frontend = start([*FRONTEND, f"--logdir={tmp_path / 'logdir'}", bad_flag], "frontend")
+    assert frontend.wait(timeout=120) == 1, frontend.log()[-3000:]
+    log = frontend.log()
+    assert message in log
+    assert "--job_name=" not in log and "Dry run" not in log  # no plan
+
+
+def bad_logdir(tmp_path, kind):
+    """(a --logdir of `kind`, the reason its error gives)."""
+    a_file = tmp_path / "afile"
+    a_file.write_text("")
+    return {
+        "a file": (a_file, "it is a file, not a directory"),
+        "under a file": (a_file / "sub", f"{a_file} is a file, not a directory"),
+        # sysfs takes no new entry from anyone, root included.
+        "not writable": ("/sys/impala-logdir", "not writable: cannot create anything in /sys"),
+    }[kind]
+
+
+@pytest.mark.parametrize("kind", ["a file", "under a file", "not writable"])
+def test_a_bad_logdir_is_refused_before_anything_starts(spawn, start, tmp_path, kind):
+    logdir, reason = bad_logdir(tmp_path, kind)
+    message = f"--logdir={logdir}: {reason}"
+    learner = spawn([*cluster_flags(1), *CARTPOLE, f"--logdir={logdir}"], "learner")
+    frontend = start([*FRONTEND, f"--logdir={logdir}"], "frontend")
+    assert learner.wait(timeout=120) == 2, learner.log()[-3000:]
+    assert f"experiment.py (learner 0): error: {message}" in learner.log()
+    assert "serving actors" not in learner.log()
+    assert frontend.wait(timeout=120) == 2, frontend.log()[-3000:]
+    assert message in frontend.log() and "Dry run" not in frontend.log()
+
+
+@pytest.mark.parametrize("kind", ["a file", "under a file"])
+def test_test_mode_refuses_a_logdir_that_is_no_directory(spawn, tmp_path, kind):
+    logdir, reason = bad_logdir(tmp_path, kind)
+    evaluation = spawn([*CARTPOLE, f"--logdir={logdir}", "--mode=test"], "test_bad_logdir")
+    assert evaluation.wait(timeout=120) == 2, evaluation.log()[-3000:]
+    assert f"error: --logdir={logdir}: {reason}" in evaluation.log()
+
+
+DIVERGED = re.compile(
+    r"experiment\.py \(learner 0\): error: training diverged at step (\d+) of this learner \(\d+ "
+    r"environment frames\)"
+)
+
+
+@pytest.mark.parametrize("num_learners", [1, 2])
+def test_diverging_learners_stop_naming_the_step_and_never_checkpoint_it(tmp_path, num_learners):
+    """At --learning_rate=1000 Adam's first step moves every weight by 1000 and the next one's
+    gradients overflow: every learner (Horovod rank) exits naming that step, and the checkpoints
+    all come from before it: finite, from fewer optimizer steps (one per batch here)."""
+    logdir = tmp_path / "logdir"
+    flags = [*CARTPOLE_ADAM, f"--logdir={logdir}", "--learning_rate=1000", "--checkpoint_secs=1"]
+    with local_cluster.WorkerSets(num_learners, num_learners, flags, tmp_path) as workers:
+        assert workers.learners.wait(timeout=300) == 2, workers.learner_log()[-3000:]
+        log = workers.learner_log()
+    diverged_at = [int(step) for step in DIVERGED.findall(log)]
+    assert len(diverged_at) == num_learners and len(set(diverged_at)) == 1, log[-3000:]
+    # The learners trained a step before: its checkpoint is due (--checkpoint_secs=1 passed
+    # while the step's function was traced).
+    checkpoints = sorted((logdir / "checkpoints").glob("ckpt-*.index"))
+    assert checkpoints, log[-3000:]
+    for index in checkpoints:
+        path = str(index.with_suffix(""))
+        values = {
+            name: tf.train.load_variable(path, name) for name, _ in tf.train.list_variables(path)
+        }
+        assert values["optimizer/step/.ATTRIBUTES/VARIABLE_VALUE"] < diverged_at[0], path
+        floats = [v for v in values.values() if np.issubdtype(np.asarray(v).dtype, np.floating)]
+        assert floats and all(np.isfinite(v).all() for v in floats), path
+
+
+def test_an_actor_whose_learner_is_gone_gives_up_and_exits(spawn, tmp_path):
+    """The learner killed: the actor waits --learner_wait_secs for it, then exits 2 at once.
+
+    Python's teardown would close the actor's TF session, which waits on the dead learner
+    for minutes; a process that does not end cannot be restarted by the supervisor."""
+    flags = [*cluster_flags(1), *CARTPOLE, f"--logdir={tmp_path / 'logdir'}"]
+    learner = spawn([*flags, "--job_name=learner"], "learner")
+    actor = spawn([*flags, "--job_name=actor", "--task=0", "--learner_wait_secs=30"], "actor")
+    actor.wait_for_log("connected to learner", timeout=300)
+    learner.signal(signal.SIGKILL)
+    learner.wait(timeout=30)
+    actor.wait_for_log("lost learner", timeout=120)
+    actor.wait_for_log("not reachable/initialised after", timeout=120)
+    # Giving up is the actor's last act: a bound far above that, far below the teardown's wait.
+    assert actor.wait(timeout=20) == 2, actor.log()[-3000:]
+
+
+def test_an_actor_gives_up_on_a_learner_port_that_does_not_answer(spawn):
+    """Something listens on the learner's port but is no TF server: the actor logs its wait and
+    gives up after --learner_wait_secs, instead of blocking in TF's session for ever."""
+    flags = cluster_flags(1)
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", int(flags[0].rsplit(":", 1)[1])))
+        silent.listen()
+        actor = spawn(
+            [*flags, *CARTPOLE, "--job_name=actor", "--task=0", "--learner_wait_secs=5"],
+            "actor_silent_learner",
+        )
+        assert actor.wait(timeout=120) == 2, actor.log()[-3000:]
+    log = actor.log()
+    assert "waiting for learner" in log and "(no TF server answering, " in log
+    assert "not reachable/initialised after" in log

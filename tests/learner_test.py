@@ -119,11 +119,11 @@ def test_published_parameters_are_not_changed_by_later_updates(learner_and_actor
     before = [v.numpy() for v in variables]
 
     snapshot = learner.parameter_snapshot(variables)
-    assert learner_side.publish(snapshot) == 1
+    assert learner_side.publish(snapshot, frames=0) == 1
     update()
     variables[0].assign_add(tf.ones_like(variables[0]))
 
-    pulled, version = actor_side.pull_parameters()
+    pulled, version, _ = actor_side.pull_parameters()
     assert version == 1
     for value, old, new, snapshot_value in zip(pulled, before, variables, snapshot, strict=True):
         np.testing.assert_array_equal(value, old)

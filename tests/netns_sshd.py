@@ -26,6 +26,7 @@ import tempfile
 import time
 
 import psutil
+import pytest
 
 import network_namespaces
 
@@ -35,6 +36,21 @@ SSHD = "/usr/sbin/sshd"
 def skip_reason():
     """Why these fixtures cannot run here (root, namespaces, sshd and user tools), or None."""
     return network_namespaces.skip_reason(SSHD, "ssh-keygen", "useradd", "userdel", "chpasswd")
+
+
+def hosts_for_a_fixture(count, sftp=True):
+    """Yields Hosts(count, sftp) for a pytest fixture and closes them after. Where network
+    namespaces cannot be made the test is skipped; under CI, which runs as root, it fails."""
+    reason = skip_reason()
+    if reason and os.environ.get("CI"):
+        pytest.fail(f"CI runs as root and must run the multi-host tests: {reason}")
+    if reason:
+        pytest.skip(reason)
+    hosts = Hosts(count, sftp=sftp)
+    try:
+        yield hosts
+    finally:
+        hosts.close()
 
 
 def _free_port(namespace):
@@ -64,9 +80,11 @@ class Hosts:
 
     Attributes: hosts (list of Host), user_key / wrong_key (private key paths; wrong_key is
     authorized nowhere), user / password (the throwaway account), dir (a temp dir).
+    sftp=False: the sshds offer no SFTP subsystem.
     """
 
-    def __init__(self, count):
+    def __init__(self, count, sftp=True):
+        self._sftp = sftp
         self._undo = []
         try:
             self._setup(count)
@@ -108,6 +126,7 @@ class Hosts:
         key_type, key_data = keygen(host_key).split()[:2]
         port = _free_port(namespace)
         config = os.path.join(directory, "sshd_config")
+        sftp = "Subsystem sftp internal-sftp\n" if self._sftp else ""
         with open(config, "w") as f:
             f.write(
                 f"Port {port}\nListenAddress {ip}\nHostKey {host_key}\n"
@@ -115,7 +134,7 @@ class Hosts:
                 f"AuthorizedKeysFile {self.dir}/authorized_keys\n"
                 "PubkeyAuthentication yes\nPasswordAuthentication yes\n"
                 "KbdInteractiveAuthentication no\nUsePAM no\nStrictModes no\n"
-                "PermitRootLogin prohibit-password\nSubsystem sftp internal-sftp\n"
+                f"PermitRootLogin prohibit-password\n{sftp}"
             )
         with open(os.path.join(directory, "sshd.log"), "w") as log:
             sshd = subprocess.Popen(

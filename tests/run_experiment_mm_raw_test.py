@@ -123,17 +123,6 @@ def worker_report(logdir, name):
 
 
 @pytest.fixture
-def tmux_socket():
-    name = f"impt-{uuid.uuid4().hex[:8]}"
-    yield name
-    server = libtmux.Server(socket_name=name)
-    if server.is_alive():
-        server.kill()
-    socket_dir = pathlib.Path(os.environ.get("TMUX_TMPDIR", "/tmp"), f"tmux-{os.getuid()}")
-    (socket_dir / name).unlink(missing_ok=True)  # tmux leaves its socket file behind.
-
-
-@pytest.fixture
 def runs(tmux_socket):
     """run(logdir, *args): the frontend on a private tmux server; each run undone at teardown."""
     started = []  # (logdir, run id)
@@ -167,7 +156,7 @@ def undo_run(logdir, run_id):
 
 
 def local_csv(tmp_path, cuda=("", "", "")):
-    """The example's layout (2 learners, 3 actors on this host) on free ports."""
+    """The example's learners and actors (2 learners, 3 actors on this host) on free ports."""
     ports = free_ports(5)
     rows = [("learner", "localhost", ports[0]), ("learner", "127.0.0.1", ports[1])]
     rows += [
@@ -249,35 +238,44 @@ def test_dry_run_prints_plan_and_every_command_with_secrets_masked(tmp_path, tmu
         "--level_name=CartPole-v1",
         "--total_environment_frames=1234",
         "--dry_run",
+        "--verbose",
         env={"IMPT_PASSWORD": env_secret},
     )
     assert code == 0, err
     assert secret not in out + err and env_secret not in out + err
-    # Actor k joins learner k % 2.
-    assert f"worker set 0: learner {host}:{ports[0]} (row 1)" in out
-    assert f"actor task 1: 203.0.113.10:{ports[4]} (row 5, eve@203.0.113.10 ssh port 22)" in out
-    assert f"worker set 1: learner {host}:{ports[1]} (row 2)" in out
-    assert "over SSH as bob@203.0.113.9 ssh port 2222 (auth: password from the CSV)" in out
-    assert "over SSH as eve@203.0.113.10 ssh port 22 (auth: password from $IMPT_PASSWORD)" in out
+    launch_dir = tmp_path / "launch"
+    # One line per worker, its files named in the launch dir; actor k joins learner k % 2.
+    assert f"Plan (the files named are in {launch_dir} on each worker's host):" in out
+    assert (
+        f"  learner-0: learner of worker set 0, tf {host}:{ports[0]} (row 1); mpirun rank 0 on "
+        "this host; addresses cluster-0.txt; script learner-0.sh; log learner-0.log\n" in out
+    )
+    assert (
+        f"  actor-0-1: actor 1 of worker set 0, tf 203.0.113.10:{ports[4]} (row 5); over SSH as "
+        "eve@203.0.113.10 ssh port 22 (auth: password from $IMPT_PASSWORD); script "
+        "actor-0-1.sh; log actor-0-1.log\n" in out
+    )
+    assert f"  learner-1: learner of worker set 1, tf {host}:{ports[1]} (row 2); " in out
+    assert (
+        f"  actor-1-0: actor 0 of worker set 1, tf 203.0.113.9:{ports[3]} (row 4); over SSH as "
+        "bob@203.0.113.9 ssh port 2222 (auth: password from the CSV); " in out
+    )
+    assert f"  learners: the learners' mpirun; tmux window {SESSION}:learners; " in out
+    # --verbose: each worker's command under its line.
     commands = [line.strip() for line in out.splitlines() if line.startswith("    cd ")]
     assert len(commands) == 6  # 3 actors, 2 learners, 1 mpirun.
-    set0 = (
-        f"--learner_host={host}:{ports[0]} "
-        f"--actor_hosts=localhost:{ports[2]},203.0.113.10:{ports[4]}"
-    )
+    set0, set1 = (f"--cluster_file={launch_dir}/cluster-{i}.txt" for i in (0, 1))
     expected = {
+        "learner-0": f"cd {REPO} && CUDA_VISIBLE_DEVICES=0 {sys.executable} experiment.py "
+        f"--job_name=learner --task=0 {set0}",
         "actor-0-0": f"cd {REPO} && CUDA_VISIBLE_DEVICES='' {sys.executable} experiment.py "
         f"--job_name=actor --task=0 {set0}",
         "actor-0-1": "cd /srv/impala && CUDA_VISIBLE_DEVICES='' /opt/py/bin/python experiment.py "
         f"--job_name=actor --task=1 {set0}",
-        "actor-1-0": "cd /srv/impala && CUDA_VISIBLE_DEVICES='' /opt/py/bin/python experiment.py "
-        f"--job_name=actor --task=0 --learner_host={host}:{ports[1]} "
-        f"--actor_hosts=203.0.113.9:{ports[3]}",
-        "learner-0": f"cd {REPO} && CUDA_VISIBLE_DEVICES=0 {sys.executable} experiment.py "
-        f"--job_name=learner --task=0 {set0}",
         "learner-1": f"cd {REPO} && CUDA_VISIBLE_DEVICES=1 {sys.executable} experiment.py "
-        f"--job_name=learner --task=0 --learner_host={host}:{ports[1]} "
-        f"--actor_hosts=203.0.113.9:{ports[3]}",
+        f"--job_name=learner --task=0 {set1}",
+        "actor-1-0": "cd /srv/impala && CUDA_VISIBLE_DEVICES='' /opt/py/bin/python experiment.py "
+        f"--job_name=actor --task=0 {set1}",
     }
     for command, (name, start) in zip(commands, expected.items(), strict=False):
         # Drop the exports that follow CUDA_VISIBLE_DEVICES (PYTHONUNBUFFERED, the run id).
@@ -287,7 +285,6 @@ def test_dry_run_prints_plan_and_every_command_with_secrets_masked(tmp_path, tmu
         assert (
             "--level_name=CartPole-v1" in command and "--total_environment_frames=1234" in command
         )
-    launch_dir = tmp_path / "launch"
     assert re.search(
         rf" --oversubscribe --bind-to none --tag-output -np 1 -H localhost bash {launch_dir}/"
         rf"learner-0.sh : -np 1 -H localhost bash {launch_dir}/learner-1.sh$",
@@ -399,16 +396,7 @@ def test_failed_actor_is_reported_and_stops_the_run_unless_tolerated(tmp_path, r
 
 @pytest.fixture(scope="module")
 def hosts():
-    reason = netns_sshd.skip_reason()
-    if reason and os.environ.get("CI"):
-        pytest.fail(f"CI runs as root and must run the multi-host tests: {reason}")
-    if reason:
-        pytest.skip(reason)
-    made = netns_sshd.Hosts(2)
-    try:
-        yield made
-    finally:
-        made.close()
+    yield from netns_sshd.hosts_for_a_fixture(2)
 
 
 def remote_csv(path, hosts, *logins):
@@ -972,4 +960,45 @@ def test_follow_restarts_the_learners_from_their_checkpoint(tmp_path, follows, t
         assert resumed <= logged_after[0], (resumed, logged_after)
     assert re.search(r"stopped at \d+ environment frames \(frame budget reached\)", after)
     assert log_text(logdir, "learner-1").count(f"training from {resumed} to 20000") == 1
+    check_stopped(logdir, run_id, tmux_socket)
+
+
+@pytest.mark.slow
+def test_follow_restarts_an_actor_that_gave_up_on_its_killed_learner(
+    tmp_path, follows, tmux_socket
+):
+    """The learner killed and away longer than its actor waits for it (--learner_wait_secs):
+    the actor gives up and exits, the supervisor restarts both, and the restarted actor feeds
+    the restarted learner to the end of training."""
+    ports = free_ports(2)
+    path = write_csv(
+        tmp_path / "w.csv", [("learner", "localhost", ports[0]), ("actor", "localhost", ports[1])]
+    )
+    logdir = tmp_path / "logdir"
+    # The learners come back --restart_backoff_secs after they died, long after the actor gave
+    # up; a restarted learner waits for its first batch as long as for any (300 s).
+    following = follows(
+        logdir,
+        f"--workers_csv_path={path}",
+        *SUPERVISED_CARTPOLE,
+        "--learner_wait_secs=5",
+        *supervision_flags(backoff=30),
+    )
+    following.wait_for("^Following ", 120)
+    run_id = following.run_id()
+    wait_until(lambda: PROGRESS.search(log_text(logdir, "learner-0")), 300, "training")
+    (learner,) = [p for p in run_processes(run_id) if "--job_name=learner" in p.cmdline()]
+    learner.kill()
+
+    following.wait_for(
+        r"\] actor-0-0 \(this host\) exited with status 2: restarting it in 30 s \(restart 1; ",
+        180,
+    )
+    assert following.wait(900) == 0, following.out()[-5000:] + following.err()
+    actor_log = log_text(logdir, "actor-0-0")
+    gave_up = actor_log.index("not reachable/initialised after 5 s (--learner_wait_secs)")
+    assert "connected to learner" in actor_log[gave_up:], actor_log[-3000:]
+    learner_log = log_text(logdir, "learner-0")
+    assert learner_log.count("serving actors") == 2, learner_log[-3000:]
+    assert re.search(r"stopped at \d+ environment frames \(frame budget reached\)", learner_log)
     check_stopped(logdir, run_id, tmux_socket)

@@ -8,6 +8,7 @@ import pytest
 import tensorflow as tf
 
 import transport
+from local_cluster import free_ports
 from tests.loopback_transport import UNROLL_SPEC, start_learner_and_actor, unrolls
 
 
@@ -28,9 +29,10 @@ def test_parameters_and_unrolls_cross_between_processes_roles(learner_and_actor)
     with pytest.raises(tf.errors.FailedPreconditionError, match="not published"):
         actor.pull_parameters()  # initialised to zeros: not the learner's parameters yet
     published = [np.full((2, 3), 1.5, np.float32), np.arange(4, dtype=np.float32)]
-    assert learner.publish(published) == 1
-    pulled, version = actor.pull_parameters()
-    assert version == 1
+    assert learner.publish(published, frames=640) == 1
+    pulled, version, frames = actor.pull_parameters()
+    assert (version, frames) == (1, 640)
+    assert actor.published_frames() == 640
     for want, got in zip(published, pulled, strict=True):
         np.testing.assert_array_equal(got, want)
 
@@ -68,6 +70,19 @@ def test_bad_addresses_name_the_flag_and_value():
         transport.cluster_spec("nohost", [])
     with pytest.raises(transport.AddressError, match=r"--actor_hosts: 'a:99999'"):
         transport.cluster_spec("a:1", ["a:99999"])
+
+
+@pytest.mark.parametrize("address", ["::1:8000", "[::1]:8000", "2001:db8::10:8000"])
+def test_ipv6_hosts_are_refused_naming_the_flag(address):
+    with pytest.raises(transport.AddressError) as error:
+        transport.parse_host_port(address, "learner_host")
+    assert str(error.value) == (
+        f"--learner_host: {address!r}: IPv6 is not supported; use an IPv4 address or a host name"
+    )
+    assert transport.parse_host_port("learner.example:8000", "learner_host") == (
+        "learner.example",
+        8000,
+    )
 
 
 def test_port_in_use_is_reported_before_the_server_aborts():
@@ -111,8 +126,8 @@ def test_learner_retries_a_request_the_server_saw_twice(learner_and_actor):
     learner.initialize()
     try:
         learner.session = _DeliveredTwice(session, failures=transport._ABORTED_ATTEMPTS - 1)
-        version = learner.publish([np.zeros((2, 3), np.float32), np.zeros(4, np.float32)])
-        assert version == actor.pull_parameters()[1]  # the retried publish reached the server
+        version = learner.publish([np.zeros((2, 3), np.float32), np.zeros(4, np.float32)], 0)
+        assert version == actor.pull_parameters().version  # the retried publish reached the server
         assert learner.session.failures == 0
 
         learner.session = _DeliveredTwice(session, failures=transport._ABORTED_ATTEMPTS)
@@ -124,8 +139,20 @@ def test_learner_retries_a_request_the_server_saw_twice(learner_and_actor):
         # handling of the AbortedError (a Pong run's learner died of it). Retried the same.
         quoted = 'received twice. send { tensor_content: "[[\\374:\\321<\\202" }'
         learner.session = _DeliveredTwice(session, failures=2, message=quoted)
-        version = learner.publish([np.ones((2, 3), np.float32), np.ones(4, np.float32)])
-        assert version == actor.pull_parameters()[1]
+        version = learner.publish([np.ones((2, 3), np.float32), np.ones(4, np.float32)], 0)
+        assert version == actor.pull_parameters().version
         assert learner.session.failures == 0
     finally:
         learner.session = session
+
+
+def test_is_serving_tells_a_tf_server_from_a_silent_listener_and_a_closed_port():
+    tf_port, silent_port, closed_port = free_ports(3)
+    spec = tf.train.ClusterSpec({"learner": [f"127.0.0.1:{tf_port}"]})
+    server = tf.distribute.Server(spec, job_name="learner", task_index=0, start=True)
+    assert transport.is_serving(f"127.0.0.1:{tf_port}"), server.target
+    with socket.socket() as silent:  # accepts connections (the kernel's backlog), never answers
+        silent.bind(("127.0.0.1", silent_port))
+        silent.listen()
+        assert not transport.is_serving(f"127.0.0.1:{silent_port}", timeout_secs=1)
+    assert not transport.is_serving(f"127.0.0.1:{closed_port}")

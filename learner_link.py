@@ -1,0 +1,105 @@
+"""A client's link to its worker set's learner (an actor, the evaluator): the newest parameters,
+waiting for a learner that is not (or no longer) there, and telling one that finished training
+from one that went away.
+
+A client waits for its learner with a log line every few seconds, for at most
+--learner_wait_secs, at start and whenever the learner goes away mid-run (a restarted learner
+resumes from its checkpoint); then it gives up with LearnerUnreachableError (exit 2, for the
+frontend's supervisor to restart it).
+"""
+
+import time
+
+import tensorflow as tf
+from absl import logging
+
+import transport
+
+# Errors of a call to the learner that mean it is not (or no longer) there, not initialised yet,
+# or finished: a closed queue fails enqueues with Cancelled/OutOfRange, but a call cut by a
+# restarting learner is cancelled too, so the learner's `finished` flag tells which it was.
+LEARNER_GONE = (
+    tf.errors.UnavailableError,
+    tf.errors.FailedPreconditionError,
+    tf.errors.AbortedError,
+    tf.errors.DeadlineExceededError,
+    tf.errors.NotFoundError,
+    tf.errors.InternalError,
+    tf.errors.CancelledError,
+    tf.errors.OutOfRangeError,
+)
+
+_LOG_EVERY_SECS = 10
+
+
+class LearnerUnreachableError(RuntimeError):
+    """The learner did not answer within --learner_wait_secs."""
+
+
+class LearnerLink:
+    """The client side of one worker set's transport, seen from `name` (for log lines).
+
+    Args:
+      transport: transport.Transport of an actor or the evaluator.
+      learner_host: HOST:PORT of the worker set's learner.
+      wait_secs: --learner_wait_secs.
+      name: e.g. "actor 1 (127.0.0.1:9002)".
+    """
+
+    def __init__(self, transport_, learner_host, wait_secs, name):
+        self.transport = transport_
+        self.learner_host = learner_host
+        self._wait_secs = wait_secs
+        self._name = name
+
+    def wait_for_parameters(self):
+        """Blocks until the learner answers with published parameters; returns them
+        (transport.Published). Raises LearnerUnreachableError after --learner_wait_secs."""
+        start = time.monotonic()
+        last_log = -float("inf")
+        while True:
+            problem = "no TF server answering"
+            if transport.is_serving(self.learner_host):
+                try:
+                    return self.transport.pull_parameters()
+                except LEARNER_GONE as e:
+                    problem = type(e).__name__
+                    self.transport.reconnect()
+            waited = time.monotonic() - start
+            if waited > self._wait_secs:
+                raise LearnerUnreachableError(
+                    f"{self._name}: learner {self.learner_host} not reachable/"
+                    f"initialised after {waited:.0f} s (--learner_wait_secs): {problem}"
+                )
+            if time.monotonic() - last_log >= _LOG_EVERY_SECS:
+                logging.info(
+                    "%s: waiting for learner %s (%s, %.0f s so far)",
+                    self._name,
+                    self.learner_host,
+                    problem,
+                    waited,
+                )
+                last_log = time.monotonic()
+            time.sleep(1.0)
+
+    def parameters_after_loss(self, error):
+        """After a call to the learner failed with `error` (one of LEARNER_GONE): None if the
+        learner finished training, else its parameters once it is back (wait_for_parameters)."""
+        if self.learner_finished():
+            logging.info("%s: learner finished training; exiting", self._name)
+            return None
+        logging.warning(
+            "%s: lost learner %s (%s); reconnecting",
+            self._name,
+            self.learner_host,
+            type(error).__name__,
+        )
+        published = self.wait_for_parameters()
+        logging.info("%s: reconnected to learner", self._name)
+        return published
+
+    def learner_finished(self):
+        try:
+            return self.transport.training_finished()
+        except tf.errors.OpError:
+            return False

@@ -1,0 +1,1 @@
+"""Command-line tools over what a run wrote (`python -m tools.<name>`)."""

@@ -235,9 +235,9 @@ def _restore_newest(checkpoint, checkpoints, directory, tracked, partial, advice
 
 def _variable_shapes(tracked):
     """{checkpoint key: shape} of the variables of `tracked`, as a checkpoint of them holds them
-    (written to a temporary directory and listed: the keys are TF's own; 0.1-0.2 s for the
-    Atari agents with Adam's slots). Empty, and logged, if that cannot be written: checkpoints
-    are then restored without telling a mismatch from damage."""
+    (written to a temporary directory and listed, so that the keys are TF's own). Empty, and
+    logged, if that cannot be written: checkpoints are then restored without telling a mismatch
+    from damage."""
     try:
         with tempfile.TemporaryDirectory(prefix="checkpoint_keys_") as scratch:
             path = tf.train.Checkpoint(**tracked).write(os.path.join(scratch, "expected"))

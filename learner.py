@@ -87,9 +87,9 @@ def parameter_snapshot(variables):
     return [np.asarray(variable.read_value()) for variable in variables]
 
 
-def parameters_are_finite(variables):
-    """Whether every value of `variables` is finite (no NaN, no infinity)."""
-    return all(np.isfinite(value).all() for value in parameter_snapshot(variables))
+def parameters_are_finite(parameters):
+    """Whether every value of `parameters` (numpy arrays) is finite (no NaN, no infinity)."""
+    return all(np.isfinite(value).all() for value in parameters)
 
 
 class Learner:
@@ -169,7 +169,7 @@ class Learner:
             root_rank=0,
         )
         self._transport.initialize()
-        self._publish()
+        self._publish(parameter_snapshot(self._parameters))
         for signum in (signal.SIGINT, signal.SIGTERM):
             signal.signal(signum, self._request_stop)
         share = self._minibatch_unrolls
@@ -183,10 +183,9 @@ class Learner:
             else "one step per batch",
         )
 
-    def _publish(self):
-        return self._transport.publish(
-            parameter_snapshot(self._parameters), int(self._frames.numpy())
-        )
+    def _publish(self, parameters):
+        """Publishes `parameters` (parameter_snapshot's) with the frames trained so far."""
+        return self._transport.publish(parameters, int(self._frames.numpy()))
 
     def run(self):
         """Trains until the frame budget, a stop signal or starvation; returns the exit code."""
@@ -232,14 +231,20 @@ class Learner:
                     self._minibatch_unrolls,
                     self._minibatch_rng,
                 )
-                self._check_finite(outputs, steps + 1)
+                # One copy of the parameters per batch: checked, then published.
+                parameters = parameter_snapshot(self._parameters)
+                self._check_finite(outputs, parameters, steps + 1)
                 if replayed_indexes is not None:
                     replayed_priorities = priorities[config.batch_size :]
                     self._replay.update_priorities(replayed_indexes, replayed_priorities)
                 self._frames.assign_add(int(status.frames))
                 steps, own_frames = steps + 1, own_frames + local_status[0]
                 progress_log.step(
-                    unroll, outputs, status.episodes, status.episode_return_sum, self._publish()
+                    unroll,
+                    outputs,
+                    status.episodes,
+                    status.episode_return_sum,
+                    self._publish(parameters),
                 )
                 if self._is_chief:
                     self._checkpointer.save_if_due(config.checkpoint_secs)
@@ -268,16 +273,16 @@ class Learner:
         time.sleep(_FINISH_GRACE_SECS)
         return exit_code
 
-    def _check_finite(self, outputs, step):
+    def _check_finite(self, outputs, parameters, step):
         """Raises DivergedError, naming the step, if the loss or the gradient norm of the batch
-        just trained (`outputs`, of train_in_minibatches), or the parameters it left, are no
-        longer finite.
+        just trained (`outputs`, of train_in_minibatches), or the `parameters` it left (numpy
+        arrays), are no longer finite.
 
         Every rank stops at the same step: the gradient norm is that of the gradients summed
         over the ranks (a non-finite loss on one rank makes it non-finite on all), and the
         parameters are the same on every rank."""
         loss, gradient_norm = outputs["total"], outputs["gradient_norm"]
-        parameters_finite = parameters_are_finite(self._parameters)
+        parameters_finite = parameters_are_finite(parameters)
         if parameters_finite and np.isfinite([loss, gradient_norm]).all():
             return
         raise DivergedError(
@@ -290,7 +295,7 @@ class Learner:
     def _save_final_checkpoint(self):
         """Saves a checkpoint unless the parameters are no longer finite (a step interrupted
         between its update and its check): then the last one saved stays the newest."""
-        if parameters_are_finite(self._parameters):
+        if parameters_are_finite(parameter_snapshot(self._parameters)):
             self._checkpointer.save()
         else:
             logging.error("%s the parameters are not finite: no checkpoint saved", self._log_prefix)

@@ -76,7 +76,7 @@ class Actor:
         )
         core_state = self._agent.initial_state(num_envs)
         # Traced once for these inputs' shapes and dtypes: a concrete function's call skips
-        # tf.function's signature matching, ~0.25 of ~2.8 CPU ms per call at 8 games.
+        # tf.function's signature matching, which costs CPU at every step.
         act = tf.function(self._agent.__call__).get_concrete_function(
             agent_output.action, env_output, core_state
         )

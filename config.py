@@ -52,14 +52,13 @@ def setting(
 class Config:
     """Everything a learner or an actor needs to know besides its place in the cluster.
 
-    The defaults are PPO's Atari recipe on this learner with smaller updates, with which Pong
-    reached +18 in 4.6M and in 6.0M frames (two runs, bench/README.md): each agent step is
-    learned from ~4 times (replay ratio 3, as PPO's 4 epochs) under the clipped surrogate; each
-    optimizer step is on 2 unrolls of 32 steps (64 steps, summed over all learners: one learner
-    trains its batch of 2 on-policy + 6 replayed unrolls in 4 minibatches of 2 unrolls, two
-    learners theirs in 8 of one unroll each; 256-step updates, as PPO's, reached only +10.8 in
-    10M frames); lambda 0.95, normalised advantages, Adam at 2.5e-4. The IMPALA paper's
-    settings stayed at -20 on Pong over 10M frames here; they are IMPALA_PAPER below.
+    The defaults are PPO's Atari recipe on this learner with smaller updates, which learn Pong
+    faster than PPO's own updates or the IMPALA paper's settings (IMPALA_PAPER below): each
+    agent step is learned from ~4 times (replay ratio 3, as PPO's 4 epochs) under the clipped
+    surrogate; each optimizer step is on 2 unrolls of 32 steps (64 steps, summed over all
+    learners: one learner trains its batch of 2 on-policy + 6 replayed unrolls in 4 minibatches
+    of 2 unrolls, two learners theirs in 8 of one unroll each); lambda 0.95, normalised
+    advantages, Adam at 2.5e-4.
     """
 
     # Where things go.
@@ -80,8 +79,7 @@ class Config:
         "Actors also load the learner's newest parameters every this many steps inside an "
         "unroll (0: only before each unroll). More environments per actor batch its inference "
         "better but stretch an unroll's wall time, and with it the policy lag, which refreshing "
-        "takes part of back (16 per actor refreshed every 16 steps: lag 13 against 10 with 8; "
-        "bench/README.md). V-trace corrects each step with the behaviour logits it was acted "
+        "takes part of back. V-trace corrects each step with the behaviour logits it was acted "
         "with.",
         lower_bound=0,
     )
@@ -113,7 +111,7 @@ class Config:
         "Compile the learner's loss-and-gradients and its update with XLA (each minibatch; the "
         "allreduce between them is Horovod's): 'on', 'off', or 'auto': train the first batches "
         "with both in turn and keep the one that costs less CPU on this machine "
-        "(step_choice.py; XLA took 22 % off on one CPU, added 11 % on another).",
+        "(step_choice.py: which one is cheaper depends on the CPU).",
         choices=["auto", "on", "off"],
     )
     minibatch_unrolls: int = setting(
@@ -123,8 +121,7 @@ class Config:
         "(this / learners unrolls; one when there are more learners), one step each with the "
         "gradients summed over the learners; 0: one step on each learner's whole batch. Each "
         "step's loss sums over its steps: scale --epsilon and --gradients_clipping with them. "
-        "64-step updates took Pong to +18 in 4.6M and 6.0M frames with one learner (two runs), "
-        "in 4.75M with two; 128-step ones over two learners were at -11 at 4M (bench/README.md).",
+        "64-step updates learn Pong faster than 128-step ones.",
         lower_bound=0,
     )
 
@@ -221,37 +218,28 @@ class Config:
     # Operations.
     intra_op_threads: int = setting(
         0,
-        "TF kernel (intra-op) threads of each worker; 0: sized so that the workers sharing a "
-        "host's cores do not preempt one another: 1 for an actor, the host's cores divided by "
-        "the learners on it for a learner, one fewer (at least 1) when its actors share the "
-        "host (experiment.kernel_threads).",
+        "TF kernel (intra-op) threads of each worker; 0: its share of the host's cores, so that "
+        "the workers sharing them do not preempt one another (host_tuning.kernel_threads).",
         lower_bound=0,
     )
     actor_niceness: int = setting(
         10,
-        "Niceness an actor adds to its own when it starts (os.nice): on a host it shares with a "
-        "learner, the learner (the bottleneck of the default configuration) gets the cores "
-        "first; 1 learner + 2 actors on 2 cores: +4-7 % frames/s (bench/README.md). 0: unchanged.",
+        "Niceness an actor adds to its own when it starts (0: none), so that a learner on its "
+        "host, the bottleneck, gets the cores first.",
         lower_bound=0,
         upper_bound=19,
     )
-    learner_realtime: bool = setting(
-        True,
-        "Run the learner's threads (TF's pools, its server's, its prefetcher; not Horovod's) "
-        "under the real-time policy SCHED_FIFO at priority 1, so that actors sharing its host "
-        "run only on the cores it leaves: 1 learner + 2 actors on 2 cores +9 % frames/s "
-        "(bench/README.md). Needs CAP_SYS_NICE (root) and the kernel's real-time throttling "
-        "(which keeps 5 % of each core for other processes); without them the learner says so "
-        "and keeps the normal policy.",
+    learner_realtime: str = setting(
+        "auto",
+        "Run the learner's threads (not Horovod's) under SCHED_FIFO, so that actors on its host "
+        "run on the cores it leaves: 'auto' when its own actors share its host, 'on' always, "
+        "'off' never; refused without CAP_SYS_NICE or the kernel's real-time throttling.",
+        choices=["auto", "on", "off"],
     )
     pin_learners: bool = setting(
         True,
-        "Learners sharing a host each run on an equal share of its cores (learner 0 on the "
-        "first, learner 1 on the next ones, ...; every core when they outnumber the cores), "
-        "while actors may run on any: the learners wait for each other at every minibatch's "
-        "allreduce, and one pushed off its core by the other (or by its Horovod thread) made "
-        "both wait. 2 learners + 2 actors on 2 cores +10 % frames/s (bench/README.md). One "
-        "learner on a host keeps every core.",
+        "Give each of several learners on one host an equal share of its cores of its own, as "
+        "they wait for one another at every minibatch's allreduce; a lone learner keeps all.",
     )
     checkpoint_secs: int = setting(300, "Seconds between checkpoints.", lower_bound=1)
     log_secs: int = setting(

@@ -1,4 +1,5 @@
-"""The frontend's console: what it prints, with every secret (an SSH password) masked."""
+"""The frontend's console: what it prints, with every secret (an SSH password) masked, and the
+learners' log lines it follows with short prefixes."""
 
 import contextlib
 import re
@@ -17,6 +18,25 @@ def _whole_token(secret):
     before = r"(?<!\w)" if re.match(r"\w", secret[0]) else ""
     after = r"(?!\w)" if re.match(r"\w", secret[-1]) else ""
     return before + re.escape(secret) + after
+
+
+# A learner's absl line in the learners' mpirun log (--tag-output): mpirun's prefix, then
+# absl's header, e.g. "[1,0]<stdout>:I1126 21:57:50.604185 140327704569792 progress.py:124] ".
+_LEARNER_LINE = re.compile(
+    r"\[\d+,(?P<rank>\d+)\]<std(?:out|err)>:"
+    r"(?P<severity>[IWEF])\d{4} (?P<time>\d\d:\d\d:\d\d)\.\d+ +\d+ \S+:\d+\] ?"
+)
+
+
+def short_learner_line(line):
+    """`line` of the learners' mpirun log, an absl line's prefixes shortened to its rank and
+    time of day, `[learner 0 21:57:50] ...` (a warning, error or fatal line adds its letter:
+    `[learner 0 21:57:50 W] ...`); any other line as it is."""
+    found = _LEARNER_LINE.match(line)
+    if found is None:
+        return line
+    severity = "" if found["severity"] == "I" else f" {found['severity']}"
+    return f"[learner {found['rank']} {found['time']}{severity}] {line[found.end() :]}"
 
 
 def mask_pattern(secrets):

@@ -396,8 +396,7 @@ class AtariVectorEnvironment:
     def _channels_last(observation):
         """[B, 4, H, W] -> [B, H, W, 4], C-contiguous like the single environments' frames.
 
-        Stacking the 4 frames is ~5x cheaper than copying the transposed view (0.07 against
-        0.35 ms for 8 games of 84x84 here)."""
+        Stacking the 4 frames is cheaper than copying the transposed view."""
         return np.stack([observation[:, frame] for frame in range(observation.shape[1])], axis=-1)
 
     def close(self):

@@ -15,20 +15,16 @@ The training flags are the fields of config.Config (defined there, documented on
 the original IMPALA/Horovod scripts' names. This module parses them once and passes the Config.
 """
 
-import ipaddress
 import os
 import sys
 import traceback
 
-import allocator
+import host_tuning
 
-if __name__ == "__main__":
-    # A worker: tcmalloc, by re-executing itself before TF is imported (allocator.py).
-    allocator.use_tcmalloc()
-else:
-    # An importer (benchmarks, tests) reuses freed tensors' memory at least; the benchmarks
-    # that time the workers' stages call use_tcmalloc themselves.
-    allocator.keep_freed_memory()
+# Before TF is imported: a worker re-executes itself onto tcmalloc; an importer (benchmarks,
+# tests) keeps glibc's freed memory for reuse, and the benchmarks that time the workers' stages
+# re-execute themselves.
+host_tuning.use_allocator(reexecute=__name__ == "__main__")
 
 # TF's C++ INFO/WARNING lines (e.g. one per timed-out dequeue) drown the training log.
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -43,7 +39,6 @@ import cluster_file
 import config as config_lib
 import environments
 import evaluation
-import priorities
 import replay
 import transport
 import unrolls
@@ -154,75 +149,6 @@ def _cluster_transport(
     )
 
 
-def kernel_threads(config, job_name, learners_on_host=1, actors_on_host=False):
-    """TF kernel (intra-op) threads of a worker: --intra_op_threads, or (0) its share of the
-    cores it may run on, so that the workers sharing them do not preempt one another: 1 for
-    an actor (its inference batch is too small to split, and the cores are its environments'
-    and the learners'); for a learner the cores divided by `learners_on_host`, one fewer (at
-    least 1) when `actors_on_host` (its worker set's actors share the host).
-
-    Why one fewer: a kernel pool as wide as the cores splits every op, and the threads then
-    wait for one another's shards; on a host whose cores the actors also need, that waiting
-    is CPU they lose. The default step on 2 cores, alone: 0.55-0.59 CPU ms per trained step
-    with one kernel thread against 0.67-0.70 with two; 1 learner + 2 actors +4.9 % frames/s
-    (bench/README.md). The evaluator always takes one: its games must not slow training."""
-    if job_name == "evaluator":
-        return 1
-    if config.intra_op_threads:
-        return config.intra_op_threads
-    if job_name == "actor":
-        return 1
-    share = max(1, len(os.sched_getaffinity(0)) // learners_on_host)
-    return max(1, share - 1) if actors_on_host else share
-
-
-def actors_share_host(learner_host, actor_hosts):
-    """Whether any of `actor_hosts` (HOST:PORT) runs on `learner_host`'s host: the same HOST, or
-    both loopback. Names and addresses are not resolved: a host named one way for the learner
-    and another way for an actor counts as another host."""
-
-    def host_of(address, flag_name):
-        host = transport.parse_host_port(address, flag_name)[0].lower()
-        try:
-            return "loopback" if ipaddress.ip_address(host).is_loopback else host
-        except ValueError:  # a name, not an address
-            return "loopback" if host == "localhost" else host
-
-    learner = host_of(learner_host, "learner_host")
-    return any(host_of(address, "actor_hosts") == learner for address in actor_hosts)
-
-
-def scheduling_threads(job_name):
-    """TF's inter-op (scheduling) threads of a worker; 0: TF's default, one per core.
-
-    One for an actor or the evaluator: inference is a chain of small ops, which one thread runs
-    in turn instead of handing each to a pool thread that must be woken (bench/README.md).
-    The learner's step has independent ops to run side by side (one thread cost it 6 %)."""
-    return 0 if job_name == "learner" else 1
-
-
-def thread_pools(config, job_name, learners_on_host=1, actors_on_host=False):
-    """(kernel threads, scheduling threads) of a worker: kernel_threads, scheduling_threads."""
-    return (
-        kernel_threads(config, job_name, learners_on_host, actors_on_host),
-        scheduling_threads(job_name),
-    )
-
-
-def size_thread_pools(worker, pools):
-    """Sizes this process's TF kernel and scheduling thread pools to `pools` (thread_pools';
-    0: TF's default) and logs them as `worker`'s; before the process's first TF op."""
-    tf.config.threading.set_intra_op_parallelism_threads(pools[0])
-    tf.config.threading.set_inter_op_parallelism_threads(pools[1])
-    logging.info(
-        "%s: %d TF kernel thread(s), %s TF scheduling thread(s), %d cores",
-        worker,
-        pools[0],
-        pools[1] or "default",
-        len(os.sched_getaffinity(0)),
-    )
-
-
 def train_learner(config):
     import horovod.tensorflow as hvd  # Actors and evaluation never need MPI.
 
@@ -238,10 +164,8 @@ def _train_learner_rank(config, hvd):
     if hvd.rank() == 0:  # the learner that writes checkpoints and summaries
         config_lib.check_logdir(config.logdir)
     learner_host, actor_hosts, evaluator_host = _cluster_addresses()
-    priorities.raise_learner_priority(config.learner_realtime)  # Horovod's threads stay normal.
-    actors_on_host = actors_share_host(learner_host, actor_hosts)
-    size_thread_pools("learner", thread_pools(config, "learner", hvd.local_size(), actors_on_host))
-    priorities.pin_learner(config.pin_learners, hvd.local_rank(), hvd.local_size())
+    actors_on_host = host_tuning.actors_share_host(learner_host, actor_hosts)
+    host_tuning.tune_learner(config, hvd.local_rank(), hvd.local_size(), actors_on_host)
     agent, observation_spec, num_actions, frames_per_step = build_agent(config)
     # Refused before this learner serves anything: a replay memory the host cannot hold.
     replay.check_fits(
@@ -256,8 +180,7 @@ def _train_learner_rank(config, hvd):
 
 def train_actor(config):
     learner_host, actor_hosts, evaluator_host = _cluster_addresses()
-    priorities.lower_priority("actor", config.actor_niceness)
-    size_thread_pools("actor", thread_pools(config, "actor"))
+    host_tuning.tune_actor(config)
     own_address = actor_hosts[FLAGS.task]
     tf.random.set_seed(actor_seed(config.seed, own_address))
     agent, observation_spec, num_actions, _ = build_agent(config)
@@ -279,8 +202,7 @@ def evaluate_during_training(config):
     parameters, on one TF kernel thread on CPU nothing else wants; returns the exit code."""
     learner_host, actor_hosts, evaluator_host = _cluster_addresses()
     config_lib.check_logdir(config.logdir)
-    priorities.run_when_idle("evaluator")
-    size_thread_pools("evaluator", thread_pools(config, "evaluator"))
+    host_tuning.tune_evaluator(config)
     tf.random.set_seed(config.seed)
     agent, observation_spec, num_actions, frames_per_step = build_agent(config)
     link = _cluster_transport(
@@ -336,10 +258,6 @@ def evaluate(config):
 def main(argv):
     del argv
     config = config_lib.from_flags(FLAGS)
-    logging.info(
-        "memory allocator: %s",
-        "tcmalloc" if allocator.tcmalloc_loaded() else "glibc's malloc, keeping freed memory",
-    )
     try:
         if FLAGS.mode == "test":
             return evaluate(config)

@@ -81,8 +81,7 @@ def parameter_snapshot(variables):
 
     Each is a view of the tensor a read returned: TF tensors are immutable (an update of a
     variable whose value is still referenced writes a copy), where `.numpy()` would copy the
-    6.7 MB of the default agent once more per publish (1.0 against 1.7 CPU ms per publish,
-    bench/README.md).
+    parameters once more per publish.
     """
     return [np.asarray(variable.read_value()) for variable in variables]
 
@@ -109,8 +108,8 @@ class Learner:
         self._actor_hosts = actor_hosts
         self._hvd = hvd
         self._agent = agent
-        # Sonnet walks the module tree on every trainable_variables access: 2 % of a learner's
-        # main thread when it was read at every publish (py-spy, Pong without replay).
+        # Sonnet walks the module tree on every trainable_variables access: read once, not at
+        # every publish.
         self._parameters = agent.trainable_variables
         self._transport = transport
         self._frames_per_step = frames_per_step
@@ -148,7 +147,7 @@ class Learner:
         )
 
     def _allreduce_status(self, status):
-        if self._hvd.size() == 1:  # nothing to agree on: skips Horovod's cycle (~1 % of a step)
+        if self._hvd.size() == 1:  # nothing to agree on: skips Horovod's cycle
             return _Status(*status)
         summed = self._hvd.allreduce(
             tf.constant(status, tf.float64), op=self._hvd.Sum, name="learner_status"

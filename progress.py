@@ -4,21 +4,30 @@ Rank 0 alone logs and writes summaries, with global figures (every learner's fra
 from the status allreduce each step); the other ranks stay quiet but for errors, so that the
 log of an N-learner run reads like a one-learner run's. A line:
 
-  frames 1234560 (12.3%) | 1890 frames/s | return -20.31 (last 100 games) | loss 12.3 (pg 0.12,
-  baseline 9.87, entropy -1.55) | entropy 97% | |log rho| 0.03, 0% clipped | grad norm 41.2 |
-  lag 3.1 | queue 64/64 | lr 5.9e-04
+  frames N (P%) | F frames/s | return R | entropy E% | lag L | loss X
 
-`return` is the mean over (at least) the last 100 games finished by any learner's actors;
-`entropy` the policy's mean entropy per step as a fraction of its maximum (ln A): near 100 %
-the policy is still uniform; `|log rho|` and `clipped` compare the learner's policy with the
-actors' (behaviour) policy on the batch: near 0 when the policy lag is small; `lag` the
-learner steps between the parameters an unroll was acted with and the step that trains on it.
+- `frames N (P%)`: environment frames trained on by all learners, P% of
+  --total_environment_frames;
+- `F frames/s`: frames trained on per second since the previous line;
+- `return R`: the mean return of the last (at least) 100 games finished by any learner's
+  actors, followed by `(n games)` while fewer have finished since the learner started;
+- `entropy E%`: the policy's mean entropy per step as a fraction of its maximum (ln A): near
+  100 % the policy is still uniform;
+- `lag L`: the learner steps between the parameters an unroll was acted with and the step that
+  trains on it;
+- `loss X`: the total loss, the mean over the interval's steps.
 
 Summaries (rank 0): `learner/start_frames` once, at the frame count the learner starts (or,
 restored, restarts) from (summaries.scalars drops what an earlier run wrote past it);
 `<level>/episode_return` per game of rank 0's own actors (as scalable_agent); and per
-interval `all_learners/mean_episode_return`, `loss/*`, `frames_per_second`, `learning_rate`,
-`policy_lag`, `queue_size`, `policy/*`.
+interval, besides the line's figures (`frames_per_second`, `all_learners/mean_episode_return`,
+`policy/entropy_fraction`, `policy_lag`, `loss/total`), what the line leaves out:
+`loss/policy_gradient`, `loss/baseline`, `loss/entropy` (the loss's terms),
+`loss/gradient_norm`, `policy/mean_abs_log_rho` and `policy/clipped_rho_fraction` (the
+learner's policy against the actors' on the batch: near 0 when the policy lag is small),
+`policy/trust_region_fraction`, `learning_rate`, `queue_size` (unrolls waiting in the queue)
+and, with replay, `replay/unrolls` and `replay/allocated_gib` (the memory's fill and size;
+replay.py logs when it first fills).
 """
 
 import collections
@@ -115,34 +124,17 @@ class ProgressLog:
         mean_return, games = self.mean_return()
         queue_size = self._transport.queue_size()
         learning_rate = float(self._learning_rate.numpy())
-        replay_text = ""
-        if self._replay is not None:
-            replay_text = (
-                f" | replay {self._replay.size}/{self._replay.capacity} "
-                f"({self._replay.bytes / 2**30:.1f} GiB)"
-            )
         logging.info(
-            "frames %d (%.1f%%) | %.0f frames/s | return %.2f (last %d games) | loss %.3f (pg "
-            "%.3f, baseline %.3f, entropy %.3f) | entropy %.0f%% | |log rho| %.3f, %.0f%% clipped"
-            " | grad norm %.2f | lag %.1f | queue %d/%d | lr %.2e%s",
+            "frames %d (%.1f%%) | %.0f frames/s | return %.2f%s | entropy %.0f%% | lag %.1f | "
+            "loss %.3f",
             frames,
             100.0 * frames / self._config.total_environment_frames,
             fps,
             mean_return,
-            games,
-            means["total"],
-            means["policy_gradient"],
-            means["baseline"],
-            means["entropy"],
+            f" ({games} games)" if games < RETURN_WINDOW else "",
             100.0 * means["entropy_fraction"],
-            means["mean_abs_log_rho"],
-            100.0 * means["clipped_rho_fraction"],
-            means["gradient_norm"],
             lag,
-            queue_size,
-            self._config.queue_capacity,
-            learning_rate,
-            replay_text,
+            means["total"],
         )
         with self._writer.as_default(step=frames):
             for name in ("total", "policy_gradient", "baseline", "entropy", "gradient_norm"):

@@ -29,6 +29,7 @@ host's available memory before the learner starts (`check_fits`).
 import numpy as np
 import psutil
 import tensorflow as tf
+from absl import logging
 from cpprb import PrioritizedReplayBuffer, ReplayBuffer
 
 # The share of the host's available memory the replay may take (TF, the queue, the batches and
@@ -118,8 +119,17 @@ class UnrollReplay:
         return self._buffer.get_stored_size()
 
     def add(self, flat_unrolls):
-        """Stores a dequeued batch: the flat list of [B, ...] numpy arrays, as the queue gives."""
+        """Stores a dequeued batch: the flat list of [B, ...] numpy arrays, as the queue gives.
+
+        Logs once, when the memory first becomes full."""
+        was_full = self.size == self.capacity
         self._buffer.add(**dict(zip(self._names, flat_unrolls, strict=True)))
+        if not was_full and self.size == self.capacity:
+            logging.info(
+                "learner: replay memory full: %d unrolls (%.1f GiB)",
+                self.capacity,
+                self.bytes / 2**30,
+            )
 
     def sample(self, num_unrolls, beta=None):
         """(flat list of [n, ...] arrays, indexes [n], importance weights float32 [n]).

@@ -42,7 +42,7 @@ import launcher
 import run_state
 import supervisor
 import workers_csv
-from console import Console
+from console import Console, short_learner_line
 from ssh_connections import Connections
 
 REPO_DIR = os.path.dirname(os.path.abspath(__file__))
@@ -107,6 +107,13 @@ flags.DEFINE_float(
 flags.register_validator(
     "restart_window_secs", lambda secs: secs > 0, "--restart_window_secs must be positive."
 )
+flags.DEFINE_float(
+    "final_evaluation_secs",
+    900,
+    "--follow: once the learners have finished, wait at most this long for the evaluators to "
+    "end their evaluation of the final parameters before stopping what is left of the run.",
+    lower_bound=0,
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -133,6 +140,7 @@ class Options:
     stop_timeout_secs: float
     follow: bool
     restart_policy: supervisor.RestartPolicy
+    final_evaluation_secs: float
     training_flag_args: tuple  # Every training flag as --name=value, for the workers.
     batch_timeout_secs: int
     minibatch_unrolls: int
@@ -167,6 +175,7 @@ class Options:
                 max_restarts=flag_values.max_restarts,
                 window_secs=flag_values.restart_window_secs,
             ),
+            final_evaluation_secs=flag_values.final_evaluation_secs,
             training_flag_args=tuple(config_lib.flag_args(training)),
             batch_timeout_secs=training.batch_timeout_secs,
             minibatch_unrolls=training.minibatch_unrolls,
@@ -529,6 +538,7 @@ def follow(plan, clients, state, workers, signals, console, options):
                 tmux_session=options.tmux_sess,
                 connections=connections,
                 policy=options.restart_policy,
+                final_evaluation_secs=options.final_evaluation_secs,
                 console=console,
                 ssh_timeout=options.ssh_timeout_secs,
                 signals=signals,
@@ -563,7 +573,8 @@ def follow(plan, clients, state, workers, signals, console, options):
 
 
 class LogPrinter:
-    """Prints what was added to a log file since the last call (from its start, at first)."""
+    """Prints what was added to the learners' log since the last call (from its start, at
+    first), each absl line's prefixes shortened (console.short_learner_line)."""
 
     def __init__(self, path, console):
         self._path = path
@@ -578,7 +589,8 @@ class LogPrinter:
             text = log.read()
             self._position = log.tell()
         if text:
-            self._console.say(text.rstrip("\n"))
+            lines = text.rstrip("\n").split("\n")
+            self._console.say("\n".join(map(short_learner_line, lines)))
 
 
 def main(argv):

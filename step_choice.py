@@ -1,12 +1,10 @@
 """The learner's batch step compiled by XLA or run as plain TF: whichever this machine runs cheaper.
 
-Which one is cheaper depends on the CPU: on one machine of this project's kind XLA took 22 %
-off the default agent's CPU per trained step; on an AMD EPYC with AVX-512, where TF's plain
-kernels (oneDNN) are fast, the plain step cost 10 % less and the whole system ran 8 % faster
-(bench/README.md). With --xla=auto (the default) the learner trains its batches with the two
-steps in turn (they compute the same update: tests/train_step_test.py), times each call's CPU,
-and once each has TRIAL_BATCHES timed batches keeps the cheaper for the rest of the run
-(for batches of that shape).
+Which one is cheaper depends on the CPU: XLA on some, plain TF on others, such as CPUs with
+AVX-512, where TF's plain kernels (oneDNN) are fast. With --xla=auto (the default) the learner
+trains its batches with the two steps in turn (they compute the same update:
+tests/train_step_test.py), times each call's CPU, and once each has TRIAL_BATCHES timed batches
+keeps the cheaper for the rest of the run (for batches of that shape).
 
 The choice is made per batch shape (unrolls, minibatches): each step compiles anew for a new
 shape (a learner's batch grows once replay starts), and which is cheaper may differ. A change of

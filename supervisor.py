@@ -144,6 +144,8 @@ class Supervisor:
       tmux_server, tmux_session: where the local workers and the mpirun run.
       connections: ssh_connections.Connections for the remote actors and evaluators.
       policy: RestartPolicy.
+      final_evaluation_secs: once the learners have finished, how long the evaluators still
+        playing the final parameters are waited for (not restarted any more).
       console: console.Console (masks secrets in what is printed).
       ssh_timeout: seconds for each SSH command.
       signals: Signals; supervision ends when one is received.
@@ -165,6 +167,7 @@ class Supervisor:
         tmux_session,
         connections,
         policy,
+        final_evaluation_secs,
         console,
         ssh_timeout,
         signals,
@@ -185,6 +188,9 @@ class Supervisor:
         self._session = tmux_session
         self._connections = connections
         self._policy = policy
+        self._final_evaluation_secs = final_evaluation_secs
+        self._learners_finished_at = None  # monotonic time
+        self._final_evaluators = []  # _Watched evaluators still playing when the learners ended
         self._console = console
         self._ssh_timeout = ssh_timeout
         self._signals = signals
@@ -210,7 +216,10 @@ class Supervisor:
                     worker.status = self._status(worker)
             self._on_poll()
             if self._learners.restart_at is None and self._learners.status == 0:
-                return Result(Outcome.FINISHED)
+                if self._final_evaluations_over():
+                    return Result(Outcome.FINISHED)
+                self._sleep(self._poll_secs)
+                continue
             for worker in watched:
                 if worker.done or worker.restart_at is not None or worker.status is None:
                     continue
@@ -227,6 +236,33 @@ class Supervisor:
                     if result is not None:
                         return result
             self._sleep(self._poll_secs)
+
+    def _final_evaluations_over(self):
+        """Whether, the learners having finished, every evaluator that was still playing the
+        final parameters has ended (each says how), or the wait for them is over."""
+        if self._learners_finished_at is None:
+            self._learners_finished_at = time.monotonic()
+            self._final_evaluators = [
+                c
+                for c in self._clients
+                if c.launch.worker.job == "evaluator" and c.status is None and c.restart_at is None
+            ]
+            if self._final_evaluators:
+                names = ", ".join(c.launch.name for c in self._final_evaluators)
+                self._say(
+                    f"The learners have finished: waiting at most {self._final_evaluation_secs:g}"
+                    f" s for {names} to evaluate the final parameters."
+                )
+        for evaluator in [c for c in self._final_evaluators if c.status is not None]:
+            self._final_evaluators.remove(evaluator)
+            self._say(f"{self._name(evaluator)} {describe_exit(evaluator.status)}.")
+        if not self._final_evaluators:
+            return True
+        if time.monotonic() - self._learners_finished_at < self._final_evaluation_secs:
+            return False
+        names = ", ".join(c.launch.name for c in self._final_evaluators)
+        self._say(f"Stopped waiting for {names} after {self._final_evaluation_secs:g} s.")
+        return True
 
     # Reading statuses.
 

@@ -190,8 +190,8 @@ def apply_gradients(optimizer, config, variables, gradients):
 
 class FusedAdam(snt.optimizers.Adam):
     """Sonnet's Adam (the same update, slots and checkpoint layout), applied with TF's fused
-    kernel: ResourceApplyAdam makes one pass over each variable where Sonnet's update runs ~10
-    ops, ~3x less CPU per update (bench/update_cost.py).
+    kernel for less CPU per update: ResourceApplyAdam makes one pass over each variable where
+    Sonnet's update runs ~10 ops.
 
     The kernel adds its epsilon to sqrt(v) before the bias correction; given epsilon x
     sqrt(1 - beta2^t) it adds Sonnet's (and PyTorch's) epsilon to sqrt(v / (1 - beta2^t)).
@@ -310,8 +310,7 @@ def make_batch_step(agent, optimizer, config, hvd):
 def train_batch(train_step, unroll, unroll_weights, order, minibatches):
     """The learner's update on one batch: one train_step per minibatch of whole unrolls, as
     PPO's minibatches, all in one graph (wrap it in tf.function): one Python call per batch,
-    where a call per minibatch cost the default batch (8 minibatches) ~8 % more CPU and ~18 %
-    more wall time (the two interleaved in one process).
+    which costs less CPU and wall time than a call per minibatch.
 
     Args:
       train_step: a minibatch step of make_train_step.

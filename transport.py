@@ -14,7 +14,7 @@ Resource variables and the queue are shared between processes by name, so an act
 reaches the learner's state; the learner alone initialises it (actors see
 FailedPreconditionError until then). TF1-style graphs and sessions because fully eager remote
 execution (tf.config.experimental_connect_to_cluster) does not share a queue between client
-processes (tried with TF 2.21).
+processes.
 
 Unrolls travel as flat lists of numpy arrays (see `UnrollSpec`), one queue element per
 environment: an actor enqueues [N, ...] for its N environments, the learner dequeues [B, ...].
@@ -42,8 +42,7 @@ def _aborted_error(error):
     The AbortedError of a request delivered twice quotes the request, tensor bytes included.
     When those bytes happen to look like a node reference ("[[" ... ":"), session.run's error
     handler looks the "node" up, and the graph raises ValueError ("appears to refer to a
-    Tensor") from inside that handler (seen once in a 4.4M-frame Pong run under load): the
-    AbortedError is then that ValueError's context.
+    Tensor") from inside that handler: the AbortedError is then that ValueError's context.
     """
     if isinstance(error, tf.errors.AbortedError):
         return error
@@ -254,9 +253,9 @@ class Transport:
 
         Under heavy CPU load gRPC can deliver one request twice; the TF server then rejects
         the second with AbortedError ("The same RunGraph (Worker) request was received twice")
-        although the learner and its server are fine (seen at load average 10 here). The
-        learner's own operations are safe to run again: publish and size are idempotent, and
-        a repeated dequeue loses at most the batch whose reply was lost.
+        although the learner and its server are fine. The learner's own operations are safe to
+        run again: publish and size are idempotent, and a repeated dequeue loses at most the
+        batch whose reply was lost.
         """
         for attempt in range(1, _ABORTED_ATTEMPTS + 1):
             try:
@@ -328,8 +327,8 @@ class Transport:
 
         Raises FailedPreconditionError before the learner has initialised its state, and also
         between that and its first publish: version 0 is the zeros the variables start from, not
-        the learner's parameters (an actor that acted on them sent unrolls of a uniform policy,
-        seen under load as a first |log rho| of 1e-3 where 0 was due).
+        the learner's parameters (an actor that acted on them would send unrolls of a uniform
+        policy).
         """
         published = Published(*self.session.run(self._read_parameters))
         if published.version == 0:

@@ -21,11 +21,14 @@ class VideoWriter:
     """Writes RGB screens, uint8 [H, W, 3], one at a time, to the MP4 file `path` at `fps`.
 
     The file (in an existing directory) is opened at the first screen, whose shape every later
-    one must have. Screens go to the file as they come, so a long game holds no memory.
+    one must have. Screens go to the file as they come, so a long game holds no memory; until
+    `close` they go to `<name>.partial.mp4`, so that a process killed mid-game leaves no
+    unplayable file under the video's name.
     """
 
     def __init__(self, path, fps):
         self.path = path
+        self._partial_path = "{}.partial{}".format(*os.path.splitext(path))
         self.num_frames = 0
         self._fps = fps
         self._writer = None
@@ -56,15 +59,18 @@ class VideoWriter:
         self._shape = screen.shape
         height, width = screen.shape[:2]
         size = (width + width % 2, height + height % 2)
-        self._writer = cv2.VideoWriter(self.path, cv2.VideoWriter_fourcc(*CODEC), self._fps, size)
+        self._writer = cv2.VideoWriter(
+            self._partial_path, cv2.VideoWriter_fourcc(*CODEC), self._fps, size
+        )
         if not self._writer.isOpened():
             raise VideoError(f"{self.path}: OpenCV cannot write an {CODEC} MP4 file there")
 
     def close(self):
-        """Finishes the file (none is made without a screen)."""
+        """Finishes the file and gives it its name (none is made without a screen)."""
         if self._writer is not None:
             self._writer.release()
             self._writer = None
+            os.replace(self._partial_path, self.path)
 
     def __enter__(self):
         return self

@@ -49,21 +49,18 @@ def peak_rss_mb(process):
     return int(re.search(r"^VmHWM:\s+(\d+) kB", status, re.MULTILINE)[1]) / 1024
 
 
-_PROGRESS_LINE = re.compile(
-    r"^I(\d{4}) (\d\d:\d\d:\d\d\.\d+) .*\] frames (\d+) \(.*\| queue (\d+)/", re.MULTILINE
-)
+_PROGRESS_LINE = re.compile(r"^I(\d{4}) (\d\d:\d\d:\d\d\.\d+) .*\] frames (\d+) \(", re.MULTILINE)
 
 
 def progress_points(log):
-    """(unix time, global frames, queue size) of each of rank 0's progress log lines."""
+    """(unix time, global frames) of each of rank 0's progress log lines."""
     year = datetime.date.today().year
     return [
         (
             datetime.datetime.strptime(f"{year}{day} {clock}", "%Y%m%d %H:%M:%S.%f").timestamp(),
             int(frames),
-            int(queue),
         )
-        for day, clock, frames, queue in _PROGRESS_LINE.findall(log)
+        for day, clock, frames in _PROGRESS_LINE.findall(log)
     ]
 
 

@@ -10,7 +10,7 @@ with the actors, and their batch step slows when anything else runs. This measur
    64 with and without XLA, the cheaper, one kernel thread, in a process of its own) and the
    learner stage (the batch step as configured, this process, with the thread pools of a
    learner whose actors share its host, under SCHED_FIFO as a learner's threads run:
-   --learner_realtime, priorities.py);
+   --learner_realtime, host_tuning.py);
    before the variants and again after them, the cheaper of the two each (the machine
    drifts, by 10 % in minutes here);
 2. for each variant, the learner stage again beside --actors model actors: processes at
@@ -32,11 +32,11 @@ these cores, `own` what the actors' inference batch costs of that. Printed: a ta
 one JSON line.
 """
 
-import allocator
+import host_tuning
 
 if __name__ == "__main__":
-    # The stages are timed on the workers' allocator (allocator.py): re-executes at once.
-    allocator.use_tcmalloc()
+    # The stages are timed on the workers' allocator (host_tuning.py): re-executes at once.
+    host_tuning.use_allocator(reexecute=True)
 
 import json
 import multiprocessing
@@ -50,7 +50,6 @@ from absl import app, flags
 import config as config_lib
 import environments
 import experiment
-import priorities
 import train_step
 from bench import stages
 
@@ -73,8 +72,7 @@ def _model_actor(config, inference, index, allowance, produced, ready, start):
     # Spawned from the real-time learner stage's process: back to the normal policy, as an
     # actor of the system runs, before its threads start.
     os.sched_setscheduler(0, os.SCHED_OTHER, os.sched_param(0))
-    priorities.lower_priority("actor", config.actor_niceness)
-    experiment.size_thread_pools("model actor", experiment.thread_pools(config, "actor"))
+    host_tuning.tune_actor(config)
     agent, _, num_actions, _ = experiment.build_agent(config)
     settings = environments.AtariSettings(
         config.level_name, False, config.width, config.height, config.sticky_actions
@@ -202,7 +200,7 @@ def _limit_stages(config, step, steps_per_call):
     inference = stages.in_fresh_process(
         stages.inference_with_threads,
         config,
-        experiment.thread_pools(config, "actor"),
+        host_tuning.thread_pools(config, "actor"),
         candidates,
         2.0,
         3,
@@ -220,11 +218,9 @@ def main(argv):
     if unknown:
         raise app.UsageError(f"--variants: unknown {sorted(unknown)}; choose from best, own")
     uses = stages.uses_per_agent_step(config)
-    # The learner stage's threads, as a learner's (--learner_realtime); every stage alone
-    # runs under it too, where it changes nothing (nothing else runs).
-    realtime = priorities.raise_learner_priority(config.learner_realtime)
-    learner_pools = experiment.thread_pools(config, "learner", actors_on_host=True)
-    experiment.size_thread_pools("bench learner", learner_pools)
+    # The learner stage's process, tuned as a learner whose actors share its host; every stage
+    # alone runs under its scheduling too, where it changes nothing (nothing else runs).
+    realtime = host_tuning.tune_learner(config, 0, 1, actors_on_host=True)
     step, steps_per_call = _learner_step(config)
     before = _limit_stages(config, step, steps_per_call)
     best_jit = min(before[1], key=before[1].get)  # the model actors' `best` inference

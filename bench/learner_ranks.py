@@ -7,7 +7,7 @@ reach here with nothing beside them (bench.throughput's learner ceiling of an L-
 or, from Python, `measure(config, ranks)`, which starts that mpirun and returns its figures.
 
 Each rank sizes TF's thread pools as a learner whose actors share its host
-(experiment.thread_pools: the host's cores divided among the ranks), builds the configured batch
+(host_tuning.thread_pools: the host's cores divided among the ranks), builds the configured batch
 step (train_step.make_batch_step, gradients summed over the ranks every minibatch) on a synthetic
 batch of the configuration's unrolls, plain and with XLA, and times `--repeats` runs of
 `--calls` batch steps of each after two warm-up calls. A count of calls, not a time window:
@@ -26,6 +26,7 @@ from absl import app, flags
 
 import config as config_lib
 import experiment
+import host_tuning
 import launcher
 import local_cluster
 from bench import cluster, stages
@@ -79,8 +80,8 @@ def main(argv):
     del argv
     hvd.init()
     config = config_lib.from_flags(FLAGS)
-    pools = experiment.thread_pools(config, "learner", hvd.size(), actors_on_host=True)
-    experiment.size_thread_pools(f"bench learner rank {hvd.rank()}", pools)
+    pools = host_tuning.thread_pools(config, "learner", hvd.size(), actors_on_host=True)
+    host_tuning.size_thread_pools(pools)
     agent, observation_spec, num_actions, _ = experiment.build_agent(config)
     rates = {}
     for name, xla in (("plain", False), ("xla", True)):

@@ -5,13 +5,13 @@ Two sets, measured in the same run (bench/throughput.py prints both):
     env             the actors' vector environment (actor.create_env), random actions;
     inference       tf.function(agent.__call__) at batch --num_envs_per_actor, outputs to
                     numpy, as the actor calls it (in a process of its own, with an actor's
-                    TF thread pools: experiment.thread_pools);
+                    TF thread pools: host_tuning.thread_pools);
     learner         the learner's batch step (train_step.train_batch) on a synthetic batch as
                     the configuration trains it: B + round(B x replay ratio) unrolls of T
                     steps (B without replay), numpy arrays as dequeued, in minibatches of
                     one learner's share of --minibatch_unrolls (one_of_learners), with XLA
                     as --xla says (auto: the cheaper), with the learner's thread pools
-                    (`learner_pools`: experiment.thread_pools);
+                    (`learner_pools`: host_tuning.thread_pools);
   the limit, stages no implementation choice of this project can move:
     env_raw         ale-py's AtariVectorEnv alone (same game, preprocessing and frame stack,
                     num_threads = cores, random actions, no wrapper of ours); for other
@@ -51,6 +51,7 @@ import tensorflow as tf
 import config as config_lib
 import environments
 import experiment
+import host_tuning
 import replay
 import train_step
 import unrolls
@@ -148,8 +149,8 @@ def _inference(agent, env_output, batch, jit_compile, window_secs, repeats):
 
 def inference_with_threads(config, pools, candidates, window_secs, repeats):
     """{(batch, jit_compile): _inference's figures} of `candidates`, timed with TF's thread
-    `pools` (experiment.thread_pools). Run it in a fresh process."""
-    experiment.size_thread_pools("bench inference", pools)
+    `pools` (host_tuning.thread_pools). Run it in a fresh process."""
+    host_tuning.size_thread_pools(pools)
     agent, _, _, _ = experiment.build_agent(config)
     env = create_env(config, "bench")
     try:
@@ -189,7 +190,7 @@ def _learner(config, hvd, agent, observation_spec, num_actions, window_secs, rep
 def learner_with_threads(config, pools, window_secs, repeats):
     """_learner's figures of `config`'s batch step with TF's thread `pools`, without Horovod.
     Run it in a fresh process."""
-    experiment.size_thread_pools("bench learner", pools)
+    host_tuning.size_thread_pools(pools)
     agent, observation_spec, num_actions, _ = experiment.build_agent(config)
     hvd = train_step.SingleProcess
     return _learner(config, hvd, agent, observation_spec, num_actions, window_secs, repeats)
@@ -242,7 +243,7 @@ def measure(
 ):
     """Every stage of the module docstring, timed alone; returns {name: steps_per_second dict},
     with the configuration each `*_best` stage chose. `learner_pools`: the learner's TF thread
-    pools in the system (experiment.thread_pools); pools other than this process's are timed
+    pools in the system (host_tuning.thread_pools); pools other than this process's are timed
     in a process of their own."""
     rng = np.random.default_rng(config.seed)
     stages = {}
@@ -259,7 +260,7 @@ def measure(
         env.close()
     own_inference = (config.num_envs_per_actor, False)  # the actor's batch, no XLA
     candidates = [(size, jit) for size in INFERENCE_BATCHES for jit in (False, True)]
-    actor_pools = experiment.thread_pools(config, "actor")
+    actor_pools = host_tuning.thread_pools(config, "actor")
     in_actor_pool = in_fresh_process(
         inference_with_threads,
         config,
@@ -434,7 +435,7 @@ def _timed_learner(config, xla, pools, window_secs):
     """The learner stage's figures over one window (after a warm-up one), without Horovod; the
     first call in a process sizes its thread `pools` and builds the step, later calls reuse it."""
     if not _learner_state:
-        experiment.size_thread_pools("bench learner", pools)
+        host_tuning.size_thread_pools(pools)
         agent, observation_spec, num_actions, _ = experiment.build_agent(config)
         _learner_state["step"] = learner_step(
             config, train_step.SingleProcess, agent, observation_spec, num_actions, xla
@@ -451,7 +452,7 @@ def _timed_inference(config, pools, batch, jit_compile, window_secs):
     sizes its thread pools (None: as they are) and builds the agent, later calls reuse it."""
     if not _inference_state:
         if pools is not None:
-            experiment.size_thread_pools("bench inference", pools)
+            host_tuning.size_thread_pools(pools)
         agent, _, _, _ = experiment.build_agent(config)
         env = create_env(config, "bench")
         try:

@@ -35,11 +35,11 @@ minutes) and each keeps the cheaper of its two measurements.
 Printed: the stages, the rows with `achieved / limit`, and, last, one JSON line.
 """
 
-import allocator
+import host_tuning
 
 if __name__ == "__main__":
-    # The stages are timed on the workers' allocator (allocator.py): re-executes at once.
-    allocator.use_tcmalloc()
+    # The stages are timed on the workers' allocator (host_tuning.py): re-executes at once.
+    host_tuning.use_allocator(reexecute=True)
 
 import dataclasses
 import json
@@ -53,9 +53,10 @@ from absl import app, flags
 
 import config as config_lib
 import local_cluster
+import summaries
 from bench import cluster, learner_ranks
 from bench import stages as stages_lib
-from experiment import build_agent, thread_pools
+from experiment import build_agent
 
 flags.DEFINE_integer("actors", 2, "Actors (over all learners) of the default configuration.")
 flags.DEFINE_integer("learners", 1, "Learners of the default configuration.")
@@ -132,9 +133,10 @@ def measure_system(
     largest learner's and actor's, and the total of all workers); then, with `paired` =
     (LimitStages, uses, rounds, window seconds), its `paired_rounds`."""
     load_average = cluster.wait_for_quiet_machine()
+    logdir = os.path.join(run_dir, "logdir")
     flag_args = cluster.worker_flags(
         config,
-        logdir=os.path.join(run_dir, "logdir"),
+        logdir=logdir,
         total_environment_frames=10**12,
         log_secs=LOG_SECS,
     )
@@ -175,8 +177,12 @@ def measure_system(
             )
     first = [p for p in points if p[0] <= start][-1]
     last = [p for p in later if p[0] <= end][-1] if later[0][0] <= end else later[0]
-    (t0, frames0, _), (t1, frames1, _) = first, last
-    window = [p for p in points if t0 <= p[0] <= t1]
+    (t0, frames0), (t1, frames1) = first, last
+    # Rank 0's queue size at each of its progress lines in the window (its summaries' steps are
+    # the lines' frames).
+    queue_sizes = [
+        size for step, size in summaries.scalars(logdir, "queue_size") if frames0 <= step <= frames1
+    ]
     frames_per_second = (frames1 - frames0) / (t1 - t0)
     cores = [
         (after - before) / (end - start)
@@ -194,7 +200,7 @@ def measure_system(
         "learner_steps_per_s": agent_steps_per_second
         / (config.batch_size * config.unroll_length * num_learners),
         "frames_per_s": frames_per_second,
-        "mean_queue": float(np.mean([queue for _, _, queue in window])),
+        "mean_queue": float(np.mean(queue_sizes)),
         # CPU cores busy over the window: the learners, the actors, and anything else.
         "learner_cores": cores[0],
         "actor_cores": cores[1],
@@ -281,7 +287,9 @@ def main(argv):
             stage_secs,
             repeats,
             # The system's learners share this host with their actors.
-            learner_pools=thread_pools(config, "learner", FLAGS.learners, actors_on_host=True),
+            learner_pools=host_tuning.thread_pools(
+                config, "learner", FLAGS.learners, actors_on_host=True
+            ),
         )
         return dict(stages, load_average=load_average)
 

@@ -38,8 +38,10 @@ def test_an_evaluator_reports_full_games_through_training_and_its_end(spawn, tmp
         assert actor.wait(timeout=60) == 0, actor.log()[-3000:]
     assert evaluator.wait(timeout=300) == 0, evaluator.log()[-3000:]
     log = evaluator.log()
-    assert "evaluator: 1 TF kernel thread(s), 1 TF scheduling thread(s)" in log
-    assert "evaluator: SCHED_IDLE scheduling" in log
+    assert (
+        "evaluator host tuning: scheduling SCHED_IDLE (only CPU nothing else wants) | "
+        "TF threads: 1 kernel, 1 scheduling | allocator tcmalloc"
+    ) in log
     assert "evaluated the final parameters; exiting" in log
 
     # Under <logdir>/eval, at the frames of the parameters evaluated: one evaluation per

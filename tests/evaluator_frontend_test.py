@@ -307,18 +307,24 @@ def test_a_local_evaluator_runs_in_its_tmux_window_and_stop_ends_it(tmp_path, ru
     assert frontend_runs.run_processes(run_id) == []
 
 
-def test_follow_restarts_a_killed_evaluator_and_not_one_that_ended(tmp_path, follows, tmux_socket):
+def follow_evaluator_run(tmp_path, follows, *flags):
+    """A followed run of evaluator_csv's workers (fake, 120 s at most) -> (Following, run id,
+    ports, logdir, repo)."""
     path, ports = evaluator_csv(tmp_path)
     logdir = tmp_path / "logdir"
-    repo = tmp_path / "repo"
     following = follows(
         logdir,
         f"--workers_csv_path={path}",
         *frontend_runs.fake_run_flags(tmp_path, 120_000),
         *frontend_runs.supervision_flags(),
+        *flags,
     )
     following.wait_for("^Following ", 60)
-    run_id = following.run_id()
+    return following, following.run_id(), ports, logdir, tmp_path / "repo"
+
+
+def test_follow_restarts_a_killed_evaluator_and_not_one_that_ended(tmp_path, follows, tmux_socket):
+    following, run_id, ports, logdir, repo = follow_evaluator_run(tmp_path, follows)
 
     def hellos():
         return frontend_runs.log_text(logdir, "learner-0").count("hello from evaluator")
@@ -339,6 +345,38 @@ def test_follow_restarts_a_killed_evaluator_and_not_one_that_ended(tmp_path, fol
     frontend_runs.tell_exit(repo, f"localhost:{ports[0]}", 0)  # The learner finishes.
     assert following.wait(60) == 0, following.out() + following.err()
     assert len(frontend_runs.restart_lines(following.out())) == 1
+    frontend_runs.check_stopped(logdir, run_id, tmux_socket)
+
+
+@pytest.mark.parametrize("evaluator_ends", [True, False])
+def test_follow_waits_for_the_final_evaluation_at_most_its_bound(
+    tmp_path, follows, tmux_socket, evaluator_ends
+):
+    """When the learners finish, the evaluator still has the final parameters to play: the
+    frontend waits for it to end (at most --final_evaluation_secs), then stops the rest."""
+    bound = 600 if evaluator_ends else 2
+    following, run_id, ports, logdir, repo = follow_evaluator_run(
+        tmp_path, follows, f"--final_evaluation_secs={bound}"
+    )
+    frontend_runs.wait_until(
+        lambda: "hello from evaluator" in frontend_runs.log_text(logdir, "learner-0"),
+        30,
+        "the evaluator's hello",
+    )
+    frontend_runs.tell_exit(repo, f"localhost:{ports[0]}", 0)  # The learner finishes.
+    following.wait_for(
+        rf"\] The learners have finished: waiting at most {bound} s for evaluator-0 to "
+        r"evaluate the final parameters\.$",
+        60,
+    )
+    if evaluator_ends:
+        frontend_runs.tell_exit(repo, f"127.0.0.1:{ports[2]}", 0)
+        following.wait_for(r"\] evaluator-0 \(this host\) exited with status 0\.$", 60)
+    else:
+        following.wait_for(r"\] Stopped waiting for evaluator-0 after 2 s\.$", 60)
+    assert following.wait(60) == 0, following.out() + following.err()
+    assert "The learners exited with status 0: stopping what is left" in following.out()
+    assert frontend_runs.restart_lines(following.out()) == []
     frontend_runs.check_stopped(logdir, run_id, tmux_socket)
 
 

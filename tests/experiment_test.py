@@ -14,7 +14,6 @@ import config
 import local_cluster
 import pixel_games
 import summaries
-from experiment import actors_share_host, kernel_threads
 from local_cluster import cluster_flags, free_ports
 from tests.training_settings import CARTPOLE, CARTPOLE_ADAM
 
@@ -29,19 +28,26 @@ def train_one_learner_two_actors(spawn, logdir, flags, timeout):
     learner = spawn([*flags, "--job_name=learner"], "learner")
     actors = [spawn([*flags, "--job_name=actor", f"--task={j}"], f"actor{j}") for j in range(2)]
     assert learner.wait(timeout=timeout) == 0, learner.log()[-3000:]
-    # Each worker sized its TF thread pools (experiment.thread_pools): a
-    # lone learner whose actors share its host (loopback) takes every core but one for kernels
-    # (at least one) and TF's default scheduling pool, an actor one thread of each.
-    learner_threads = max(1, len(os.sched_getaffinity(0)) - 1)
-    assert f"learner: {learner_threads} TF kernel thread(s), default TF scheduling" in learner.log()
-    # and ran its threads real-time (priorities.py; the tests run as root)
-    assert "learner: real-time scheduling, SCHED_FIFO priority 1" in learner.log()
+    # Each worker tuned its use of the host in one line (host_tuning.py): a lone learner whose
+    # actors share its host (loopback) runs its threads real-time (--learner_realtime=auto; the
+    # tests run as root) on every core, with every core but one for TF kernels (at least one)
+    # and TF's default scheduling pool;
+    cores = sorted(os.sched_getaffinity(0))
+    learner_threads = max(1, len(cores) - 1)
+    assert (
+        "learner host tuning: scheduling SCHED_FIFO priority 1 (its actors share this host) | "
+        f"cores {cores} (the only learner on this host) | TF threads: {learner_threads} kernel, "
+        "default scheduling | allocator tcmalloc"
+    ) in learner.log()
     for actor in actors:
         assert actor.wait(timeout=60) == 0, actor.log()[-3000:]
         assert "learner finished training; exiting" in actor.log()
-        assert "actor: 1 TF kernel thread(s), 1 TF scheduling thread(s)" in actor.log()
-        # and lowered its priority below the learner's by --actor_niceness (default 10)
-        assert f"actor: niceness {min(19, os.nice(0) + 10)}" in actor.log()
+        # an actor lowered its priority below the learner's by --actor_niceness (default 10),
+        # with one thread in each TF pool.
+        assert (
+            f"actor host tuning: niceness {min(19, os.nice(0) + 10)} (--actor_niceness=10) | "
+            "TF threads: 1 kernel, 1 scheduling | allocator tcmalloc"
+        ) in actor.log()
     level_name = [f for f in flags if f.startswith("--level_name=")][-1].split("=", 1)[1]
     return learner, [r for _, r in summaries.episode_returns(logdir, level_name)]
 
@@ -64,9 +70,10 @@ def test_one_learner_two_actors_learn_cartpole(spawn, tmp_path):
 def test_one_learner_two_actors_learn_cartpole_with_replay(spawn, tmp_path):
     """The CartPole test's bar with uniform experience replay: every batch holds 16 on-policy
     and 16 replayed unrolls."""
+    logdir = tmp_path / "logdir"
     learner, returns = train_one_learner_two_actors(
         spawn,
-        tmp_path / "logdir",
+        logdir,
         [
             *CARTPOLE_ADAM,
             "--total_environment_frames=400000",
@@ -76,7 +83,15 @@ def test_one_learner_two_actors_learn_cartpole_with_replay(spawn, tmp_path):
         timeout=900,
     )
     assert np.mean(returns[-20:]) > 150, returns[-40:]
-    assert "| replay 2000/2000 (" in learner.log()  # the memory filled up and says so
+    assert "learner: replay memory full: 2000 unrolls (" in learner.log()  # it filled up
+    assert max(fill for _, fill in summaries.scalars(logdir, "replay/unrolls")) == 2000
+    # What the progress line leaves out, TensorBoard holds (progress.py).
+    left_out = {
+        *("loss/policy_gradient", "loss/baseline", "loss/entropy", "loss/gradient_norm"),
+        *("policy/mean_abs_log_rho", "policy/clipped_rho_fraction"),
+        *("learning_rate", "queue_size", "replay/allocated_gib"),
+    }
+    assert left_out <= summaries.tags(logdir), summaries.tags(logdir)
 
 
 def test_the_conv_agent_learns_from_pixels(spawn, tmp_path):
@@ -280,47 +295,6 @@ def test_an_ipv6_learner_is_refused_naming_the_flag(spawn, learner_host):
     )
     assert actor.wait(timeout=120) == 2
     assert "--learner_host: " in actor.log() and "IPv6 is not supported" in actor.log()
-
-
-@pytest.mark.parametrize(
-    "cores, job_name, learners_on_host, actors_on_host, expected",
-    [
-        (2, "actor", 1, True, 1),
-        (8, "actor", 1, False, 1),
-        (2, "learner", 1, False, 2),  # actors elsewhere: every core
-        (2, "learner", 1, True, 1),  # actors beside it: one core's worth left to them
-        (8, "learner", 1, True, 7),
-        (2, "learner", 2, True, 1),  # the share is one core: never fewer than one thread
-        (2, "learner", 2, False, 1),
-        (8, "learner", 2, True, 3),
-        (2, "learner", 4, True, 1),  # more learners than cores
-    ],
-)
-def test_kernel_threads_are_the_workers_share_of_the_cores(
-    monkeypatch, cores, job_name, learners_on_host, actors_on_host, expected
-):
-    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(cores)))
-    settings = config.Config()
-    assert kernel_threads(settings, job_name, learners_on_host, actors_on_host) == expected
-    pinned = config.Config(intra_op_threads=3)  # the flag, when set, wins
-    assert kernel_threads(pinned, job_name, learners_on_host, actors_on_host) == 3
-
-
-@pytest.mark.parametrize(
-    "learner_host, actor_hosts, expected",
-    [
-        ("127.0.0.1:8000", ["127.0.0.1:8001"], True),
-        ("localhost:8000", ["127.0.0.2:8001"], True),  # both loopback
-        ("LOCALHOST:8000", ["127.0.0.1:8001"], True),
-        ("10.0.0.1:8000", ["10.0.0.2:8001", "10.0.0.1:8002"], True),
-        ("10.0.0.1:8000", ["10.0.0.2:8001", "10.0.0.3:8002"], False),
-        ("10.0.0.1:8000", ["127.0.0.1:8001"], False),
-        ("learner.example:8000", ["Learner.example:8001"], True),
-        ("10.0.0.1:8000", [], False),
-    ],
-)
-def test_actors_share_host_compares_the_hosts_of_the_addresses(learner_host, actor_hosts, expected):
-    assert actors_share_host(learner_host, actor_hosts) is expected
 
 
 def test_test_mode_evaluates_the_older_checkpoint_when_the_newest_is_truncated(spawn, tmp_path):

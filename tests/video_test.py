@@ -55,6 +55,17 @@ def test_frames_read_back_as_written(tmp_path):
     np.testing.assert_allclose(frames.mean(axis=(1, 2)), written.mean(axis=(1, 2)), atol=12)
 
 
+def test_a_video_has_its_name_only_once_finished(tmp_path):
+    """A process killed mid-game leaves a partial file, never an unplayable one by the name."""
+    path = tmp_path / "game.mp4"
+    writer = video.VideoWriter(str(path), fps=15)
+    writer.write(np.zeros((4, 6, 3), np.uint8))
+    assert not path.exists() and (tmp_path / "game.partial.mp4").exists()
+    writer.close()
+    assert path.exists() and not (tmp_path / "game.partial.mp4").exists()
+    assert read_video(path)[0].shape == (1, 4, 6, 3)
+
+
 def test_a_screen_of_odd_size_is_padded_to_an_even_one(tmp_path):
     path = str(tmp_path / "odd.mp4")
 

@@ -3,10 +3,13 @@
 Every field of `Config` is also a command-line flag of the same name (`define_flags`), so the
 flags and the configuration cannot drift apart; the names follow the original IMPALA/Horovod
 scripts so their users' commands keep working. Processes parse their flags once and pass the
-`Config` built from them (`from_flags`) to the learner, the actor and the loss. The frontend
-forwards every field unchanged to every worker (`flag_args`). Each numeric field declares its
-bounds (or why it has none), checked as the flags are parsed: the frontend and every worker
-refuse the same values, naming the flag, before anything starts.
+`Config` built from them (`from_flags`) to the learner, the actor and the loss. The defaults
+depend on the environment family of --level_name (`environment_family`): `Config`'s own are the
+image family's (Atari), `VECTOR_DEFAULTS` replace some of them for vector observations
+(CartPole); a flag given always wins. The frontend resolves them once and forwards every field
+to every worker (`flag_args`); a worker started by hand resolves them the same way. Each numeric
+field declares its bounds (or why it has none), checked as the flags are parsed: the frontend
+and every worker refuse the same values, naming the flag, before anything starts.
 
   config = Config()                                  # the defaults
   config = dataclasses.replace(config, batch_size=8) # a variation, e.g. in a test
@@ -52,8 +55,9 @@ def setting(
 class Config:
     """Everything a learner or an actor needs to know besides its place in the cluster.
 
-    The defaults are PPO's Atari recipe on this learner with smaller updates, which learn Pong
-    faster than PPO's own updates or the IMPALA paper's settings (IMPALA_PAPER below): each
+    The defaults, the image family's (`VECTOR_DEFAULTS` replace some for vector observations),
+    are PPO's Atari recipe on this learner with smaller updates, which learn Pong faster than
+    PPO's own updates or the IMPALA paper's settings (IMPALA_PAPER below): each
     agent step is learned from ~4 times (replay ratio 3, as PPO's 4 epochs) under the clipped
     surrogate; each optimizer step is on 2 unrolls of 32 steps (64 steps, summed over all
     learners: one learner trains its batch of 2 on-policy + 6 replayed unrolls in 4 minibatches
@@ -68,7 +72,9 @@ class Config:
     level_name: str = setting(
         "PongNoFrameskip-v4",
         "Gymnasium id: classic Atari ids (PongNoFrameskip-v4), ALE/Pong-v5, or any env with a "
-        "Box observation and a Discrete action space (CartPole-v1, PixelBandit-v0).",
+        "Box observation and a Discrete action space (CartPole-v1, PixelBandit-v0). Its "
+        "observations choose the defaults of the flags not given: images (rank 2 or more) keep "
+        "those shown here, vectors (rank 1) take config.VECTOR_DEFAULTS.",
     )
     width: int = setting(84, "Width of preprocessed Atari frames.", lower_bound=1)
     height: int = setting(84, "Height of preprocessed Atari frames.", lower_bound=1)
@@ -147,8 +153,7 @@ class Config:
         "PPO's clipped surrogate in place of IMPALA's policy gradient: the ratio pi/mu of each "
         "step is clipped to [1 - this, 1 + this] and the advantages are lambda-returns of the "
         "values stored by the actor, as PPO's (APPO and IMPACT do the same with V-trace value "
-        "targets); keeps reused experience (replay, --epochs in bench.inprocess) from moving "
-        "the policy too far; 0: off.",
+        "targets); keeps reused experience (replay) from moving the policy too far; 0: off.",
         lower_bound=0.0,
         less_than=1.0,
     )
@@ -311,6 +316,61 @@ IMPALA_PAPER = {
 }
 
 
+# The vector family's defaults (low-dimensional observations, such as CartPole's 4 numbers), in
+# place of Config's, which are tuned for Atari frames; the same recipe otherwise.
+VECTOR_DEFAULTS = {
+    "agent_name": "MLPAgent",  # the conv torsos need frames
+    # Config's 2.5e-4 is PPO's for the Atari network; an MLP learns CartPole faster at this
+    # (rl-baselines3-zoo's tuned PPO for CartPole also starts at 1e-3, for Atari at 2.5e-4).
+    "learning_rate": 1e-3,
+    # A vector task's run is short: its budget (over which the learning rate decays) and an
+    # evaluation every tenth of it.
+    "total_environment_frames": 500_000,
+    "eval_interval_frames": 50_000,
+}
+# Each family's defaults in place of Config's; Config's own are the image family's.
+FAMILY_DEFAULTS = {"image": {}, "vector": VECTOR_DEFAULTS}
+
+
+@functools.lru_cache
+def environment_family(level_name):
+    """('image' or 'vector', why): the family of `level_name` by the rank of its observations,
+    vector for rank 1 (e.g. CartPole's [4]), image for more (Atari's, the pixel games'
+    [84, 84, 4]). A level that cannot be made here (no such env, a dependency missing) is of the
+    image family, Config's defaults; it fails as the worker makes its environment."""
+    import environments  # Gymnasium and ale-py: only once a configuration is resolved.
+
+    try:
+        shape = environments.observation_shape(level_name)
+    except environments.UnknownEnvironmentError:
+        return "image", f"{level_name}: no environment that can be made here"
+    return ("vector" if len(shape) == 1 else "image"), f"{level_name}: observation shape {shape}"
+
+
+def configure(settings):
+    """The Config of `settings` (field: value, e.g. the flags given) over the defaults of the
+    family of their level_name (Config's default level when they name none)."""
+    family, _ = environment_family(settings.get("level_name", Config.level_name))
+    return Config(**{**FAMILY_DEFAULTS[family], **settings})
+
+
+def defaults_line(config):
+    """One line for the logs: the family whose defaults `config` started from, why, and the
+    settings the families choose that `config` changes (flags given, or forwarded from the
+    frontend)."""
+    family, why = environment_family(config.level_name)
+    defaults = Config(**FAMILY_DEFAULTS[family])
+    changed = {
+        name: getattr(config, name)
+        for name in NAMES
+        if name in FAMILY_FIELDS and getattr(config, name) != getattr(defaults, name)
+    }
+    return (
+        f"training defaults: the {family} family's ({why}); changed by flags: "
+        f"{' '.join(flag_args(changed)) or 'none'}"
+    )
+
+
 class ConfigError(ValueError):
     """Settings that do not fit together (or not the cluster): one line naming the flag."""
 
@@ -357,6 +417,7 @@ def check_logdir(logdir, writable=True):
 
 FIELDS = dataclasses.fields(Config)
 NAMES = tuple(field.name for field in FIELDS)
+FAMILY_FIELDS = frozenset(name for defaults in FAMILY_DEFAULTS.values() for name in defaults)
 
 _DEFINE = {
     str: flags.DEFINE_string,
@@ -421,9 +482,20 @@ def define_flags(flag_values=flags.FLAGS):
             _DEFINE[field.type](field.name, field.default, help_text, flag_values=flag_values)
 
 
+def given_flags(flag_values=flags.FLAGS):
+    """The training flags given on the command line (absl's `present`) or set in code, as
+    field: value."""
+    return {
+        name: flag_values[name].value
+        for name in NAMES
+        if flag_values[name].present or not flag_values[name].using_default_value
+    }
+
+
 def from_flags(flag_values=flags.FLAGS):
-    """The Config the parsed flags describe."""
-    return Config(**{name: flag_values[name].value for name in NAMES})
+    """The Config the parsed flags describe: those given over the defaults of their level's
+    family (`configure`)."""
+    return configure(given_flags(flag_values))
 
 
 def flag_args(settings):

@@ -420,6 +420,27 @@ def create_environment(
     raise _unknown_level_error(level_name)
 
 
+def observation_shape(level_name):
+    """The shape of one observation of `level_name`: an Atari game's preprocessed frames at the
+    default size, found without starting the emulator; any other env's observation space,
+    read from an instance made and closed at once.
+
+    Raises UnknownEnvironmentError when `level_name` names no environment or cannot be made
+    here (e.g. a dependency it needs is not installed)."""
+    if atari_id(level_name):
+        return AtariSettings(level_name).frame_shape
+    if level_name not in gym.registry:
+        raise _unknown_level_error(level_name)
+    try:
+        env = gym.make(level_name)
+    except gym.error.Error as e:
+        raise UnknownEnvironmentError(f"{level_name!r} cannot be made here: {e}") from e
+    try:
+        return tuple(env.observation_space.shape or ())
+    finally:
+        env.close()
+
+
 def create_vector_environment(
     level_name,
     num_envs,

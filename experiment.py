@@ -12,7 +12,9 @@
     python experiment.py --mode=test --level_name=... --agent_name=... --logdir=...
 
 The training flags are the fields of config.Config (defined there, documented once); they keep
-the original IMPALA/Horovod scripts' names. This module parses them once and passes the Config.
+the original IMPALA/Horovod scripts' names. This module parses them once, over the defaults of
+--level_name's environment family (logged in one line as the worker starts), and passes the
+Config.
 """
 
 import os
@@ -100,7 +102,7 @@ def build_agent(config):
 
 
 def _unroll_spec(config, agent, observation_spec, num_actions):
-    return transport.UnrollSpec(
+    return unrolls.UnrollSpec(
         unrolls.unroll_structure(agent, observation_spec, num_actions, config.unroll_length)
     )
 
@@ -258,6 +260,7 @@ def evaluate(config):
 def main(argv):
     del argv
     config = config_lib.from_flags(FLAGS)
+    logging.info("%s", config_lib.defaults_line(config))
     try:
         if FLAGS.mode == "test":
             return evaluate(config)

@@ -1,4 +1,5 @@
-"""The IMPALA learner's loss terms and reward clipping (as in scalable_agent's experiment.py).
+"""The IMPALA learner's loss terms and reward clipping (as in scalable_agent's experiment.py),
+and the replay priority of an unroll from the same value errors.
 
 Every loss is a sum (not a mean) over the `[T, B]` steps of a batch, as in the original: the
 learning rate and the entropy/baseline costs were tuned for sums. `unroll_weights` (float32 [B],
@@ -8,6 +9,8 @@ optional) scales each unroll's terms, e.g. by prioritized replay's importance we
 import tensorflow as tf
 
 REWARD_CLIPPING_MODES = ("abs_one", "soft_asymmetric")
+# R2D2's mix of the max and the mean of an unroll's value errors, for its replay priority.
+PRIORITY_MAX_WEIGHT = 0.9
 
 
 def _sum(terms, unroll_weights):
@@ -110,3 +113,11 @@ def clip_rewards(rewards, mode):
         squeezed = tf.tanh(rewards / 5.0)
         return tf.where(rewards < 0, 0.3 * squeezed, squeezed) * 5.0
     raise ValueError(f"unknown reward clipping mode {mode!r}; valid modes: {REWARD_CLIPPING_MODES}")
+
+
+def unroll_priorities(value_errors):
+    """Priorities of unrolls from their V-trace value errors vs - V, float [T, B] -> [B]."""
+    errors = tf.abs(value_errors)
+    return PRIORITY_MAX_WEIGHT * tf.reduce_max(errors, axis=0) + (
+        1 - PRIORITY_MAX_WEIGHT
+    ) * tf.reduce_mean(errors, axis=0)

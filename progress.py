@@ -18,7 +18,7 @@ log of an N-learner run reads like a one-learner run's. A line:
 - `loss X`: the total loss, the mean over the interval's steps.
 
 Summaries (rank 0): `learner/start_frames` once, at the frame count the learner starts (or,
-restored, restarts) from (summaries.scalars drops what an earlier run wrote past it);
+restored, restarts) from (tools/summary_reader.py drops what an earlier run wrote past it);
 `<level>/episode_return` per game of rank 0's own actors (as scalable_agent); and per
 interval, besides the line's figures (`frames_per_second`, `all_learners/mean_episode_return`,
 `policy/entropy_fraction`, `policy_lag`, `loss/total`), what the line leaves out:
@@ -37,9 +37,9 @@ import numpy as np
 import tensorflow as tf
 from absl import logging
 
-import summaries
-
 RETURN_WINDOW = 100  # games in the logged mean return
+# Written once when the learner starts, at step = the frame count it starts (or restarts) from.
+START_TAG = "learner/start_frames"
 
 
 class ProgressLog:
@@ -66,7 +66,7 @@ class ProgressLog:
         self._last_frames = int(frames.numpy())
         if self._writer is not None:
             with self._writer.as_default(step=self._last_frames):
-                tf.summary.scalar(summaries.START_TAG, self._last_frames)
+                tf.summary.scalar(START_TAG, self._last_frames)
         # (games, return sum) of each recent step, over all learners.
         self._recent_games = collections.deque()
         self._reset_interval()

@@ -14,7 +14,7 @@ unrolls; until then batches are on-policy only. V-trace corrects replayed unroll
 older behaviour policy with the behaviour logits stored in them.
 
 Prioritized replay (Schaul et al. 2016, proportional variant): an unroll's priority is
-  p = 0.9 * max_t |v_t - V(x_t)| + 0.1 * mean_t |v_t - V(x_t)|,
+  p = 0.9 * max_t |v_t - V(x_t)| + 0.1 * mean_t |v_t - V(x_t)| (losses.unroll_priorities),
 the V-trace value errors of its steps, mixed as R2D2 (Kapturowski et al. 2019) does for
 sequences: the mean alone would squash one large error in a long unroll, the max alone is
 noisy. New unrolls get the largest priority seen so far. Sampling probability
@@ -28,15 +28,12 @@ host's available memory before the learner starts (`check_fits`).
 
 import numpy as np
 import psutil
-import tensorflow as tf
 from absl import logging
 from cpprb import PrioritizedReplayBuffer, ReplayBuffer
 
 # The share of the host's available memory the replay may take (TF, the queue, the batches and
 # the other processes need the rest).
 MEMORY_SHARE = 0.8
-# R2D2's mix of the max and the mean of an unroll's errors (see the module docstring).
-PRIORITY_MAX_WEIGHT = 0.9
 
 
 class ReplayTooLargeError(ValueError):
@@ -54,7 +51,7 @@ def start_size(replay_size, num_replayed):
 
 
 def bytes_per_unroll(unroll_spec):
-    """Bytes one unroll of `unroll_spec` (transport.UnrollSpec) takes in the memory."""
+    """Bytes one unroll of `unroll_spec` (unrolls.UnrollSpec) takes in the memory."""
     return sum(spec.shape.num_elements() * spec.dtype.size for spec in unroll_spec.specs)
 
 
@@ -74,19 +71,11 @@ def check_fits(replay_size, unroll_spec, available_bytes=None):
     return needed
 
 
-def unroll_priorities(value_errors):
-    """Priorities of unrolls from their V-trace value errors vs - V, float [T, B] -> [B]."""
-    errors = tf.abs(value_errors)
-    return PRIORITY_MAX_WEIGHT * tf.reduce_max(errors, axis=0) + (
-        1 - PRIORITY_MAX_WEIGHT
-    ) * tf.reduce_mean(errors, axis=0)
-
-
 class UnrollReplay:
     """The replay memory of one learner.
 
     Args:
-      unroll_spec: transport.UnrollSpec of one unroll (the queue's layout).
+      unroll_spec: unrolls.UnrollSpec of one unroll (the queue's layout).
       capacity: unrolls held (--replay_size); the oldest are overwritten first.
       prioritized: sample by priority (else uniformly).
       alpha, beta: prioritized replay's priority and importance-sampling exponents.

@@ -4,24 +4,27 @@
         --level_name=PongNoFrameskip-v4 --logdir=/tmp/impala [other training flags]
     python run_experiment_mm_raw.py --logdir=/tmp/impala --stop
 
-1. Reads and validates the whole CSV (workers_csv.py); any problem: exit 2, nothing started.
+1. Reads and validates the whole CSV (frontend/workers_csv.py); any problem: exit 2, nothing
+   started.
 2. Groups actors (and evaluators, at most one a set) round-robin under learners into worker
    sets and prints the plan, one line per worker: its role, TF address, where it runs, its
    script and log (--verbose: its command too; --dry_run stops here). Each worker set's
    addresses go to a file its workers read.
 3. Starts every actor and evaluator: local ones in windows of the tmux session --tmux_sess,
    remote ones over SSH as detached process groups whose PIDs go to
-   LOGDIR/launch/run_state.json (run_state.py).
-4. Starts all learners with one MPMD mpirun in the tmux window 'learners' (launcher.py).
+   LOGDIR/launch/run_state.json (frontend/run_state.py).
+4. Starts all learners with one MPMD mpirun in the tmux window 'learners' (frontend/launcher.py).
 5. After --startup_check_secs, lists the workers that failed to start or already died, with
    host, port and reason. A failed learner, or a failed actor or evaluator without
    --tolerate_actor_failures, stops everything started and exits 1.
 6. With --follow, prints the learners' log and supervises the run until training ends
-   (supervisor.py): failed workers are restarted, within --max_restarts per
+   (frontend/supervisor.py): failed workers are restarted, within --max_restarts per
    --restart_window_secs; then tears the run down.
 
-The training flags (the fields of config.Config) given here are forwarded unchanged to every
-worker. This module reads the flags once, into `Options`; the rest takes them as arguments.
+The training flags (the fields of config.Config) given here are resolved once over the defaults
+of --level_name's environment family (config.from_flags; the plan names the family) and all of
+them forwarded to every worker. This module reads the flags once, into `Options`; the rest takes
+them as arguments.
 """
 
 import dataclasses
@@ -38,12 +41,9 @@ import uuid
 from absl import app, flags
 
 import config as config_lib
-import launcher
-import run_state
-import supervisor
-import workers_csv
-from console import Console, short_learner_line
-from ssh_connections import Connections
+from frontend import launcher, run_state, supervisor, workers_csv
+from frontend.console import Console, short_learner_line
+from frontend.ssh_connections import Connections
 
 REPO_DIR = os.path.dirname(os.path.abspath(__file__))
 FLAGS = flags.FLAGS
@@ -142,6 +142,7 @@ class Options:
     restart_policy: supervisor.RestartPolicy
     final_evaluation_secs: float
     training_flag_args: tuple  # Every training flag as --name=value, for the workers.
+    defaults_line: str  # Which environment family's defaults the training flags started from.
     batch_timeout_secs: int
     minibatch_unrolls: int
 
@@ -177,6 +178,7 @@ class Options:
             ),
             final_evaluation_secs=flag_values.final_evaluation_secs,
             training_flag_args=tuple(config_lib.flag_args(training)),
+            defaults_line=config_lib.defaults_line(training),
             batch_timeout_secs=training.batch_timeout_secs,
             minibatch_unrolls=training.minibatch_unrolls,
         )
@@ -213,6 +215,7 @@ def _print_plan(worker_sets, plan, run_id, console, options):
         f"({len(worker_sets)} learners, {actors} actors{evaluators}; actor k -> learner k % "
         f"{len(worker_sets)})"
     )
+    console.say(options.defaults_line)
     console.say(f"Plan (the files named are in {options.launch_dir} on each worker's host):")
     file_name = os.path.basename
 
@@ -514,7 +517,7 @@ def launch_main(console, options):
 
 
 def follow(plan, clients, state, workers, signals, console, options):
-    """Prints the learners' log and supervises the run (supervisor.py) until it ends.
+    """Prints the learners' log and supervises the run (frontend/supervisor.py) until it ends.
 
     Returns the frontend's exit code: 0 when training finished (or on Ctrl-C: the run goes on,
     unsupervised); 1 when a worker spent its restart budget or the run was stopped elsewhere;

@@ -1,6 +1,10 @@
 """The learner's step: V-trace loss on a batch, gradients summed over Horovod ranks, clipping,
 update.
 
+Words (docs/architecture.md has the glossary): an *update* is one optimizer step on one
+minibatch of unrolls; a *batch step* (the learner's step) trains one batch, as one or several
+updates; an *agent step* is one action in one environment (T of them per unroll).
+
 Public so that the learner, the tests and the benchmarks all run the very same step:
 
   optimizer = make_optimizer(config, learning_rate)   # learning_rate: a tf.Variable
@@ -9,7 +13,7 @@ Public so that the learner, the tests and the benchmarks all run the very same s
   unrolls = config_lib.learner_minibatch_unrolls(config.minibatch_unrolls, hvd.size())
   outputs, priorities = train_in_minibatches(step, batch, weights, unrolls, rng)
                               # batch: Unroll of [B, T+1, ...] arrays, weights: float32 [B]
-                              # (1: on-policy); make_train_step's step is one minibatch's
+                              # (1: on-policy); make_update's update is one minibatch's
 """
 
 import functools
@@ -19,7 +23,6 @@ import sonnet as snt
 import tensorflow as tf
 
 import losses
-import replay
 import step_choice
 import unrolls
 import vtrace
@@ -127,7 +130,7 @@ def vtrace_loss(agent, unroll, config, unroll_weights=None):
         "mean_abs_log_rho": tf.reduce_mean(tf.abs(log_rhos)),
         "clipped_rho_fraction": tf.reduce_mean(tf.cast(log_rhos > 0, tf.float32)),
         "trust_region_fraction": 1 - tf.reduce_mean(tf.cast(kept, tf.float32)),
-        "priorities": replay.unroll_priorities(value_errors),
+        "priorities": losses.unroll_priorities(value_errors),
     }
     return total, parts, tf.nest.map_structure(tf.stop_gradient, stats)
 
@@ -266,8 +269,8 @@ def single_process_step(agent, config):
     return step, learning_rate
 
 
-def make_train_step(agent, optimizer, config, hvd, xla):
-    """One learner step on a minibatch: step(unroll [B, T+1, ...], unroll_weights float32 [B])
+def make_update(agent, optimizer, config, hvd, xla):
+    """One update on a minibatch: update(unroll [B, T+1, ...], unroll_weights float32 [B])
     -> (dict of scalars: the loss parts, `total`, `gradient_norm` (before clipping) and the
     scalar statistics of vtrace_loss; the replay priorities [B] of the unrolls).
 
@@ -277,21 +280,21 @@ def make_train_step(agent, optimizer, config, hvd, xla):
     """
     variables = agent.trainable_variables
     gradients_of = tf.function(functools.partial(local_gradients, agent, config), jit_compile=xla)
-    update = tf.function(
+    apply = tf.function(
         functools.partial(apply_gradients, optimizer, config, variables), jit_compile=xla
     )
 
-    def step(unroll, unroll_weights):
+    def update(unroll, unroll_weights):
         gradients, total, parts, stats = gradients_of(unroll, unroll_weights)
-        gradient_norm = update(sum_over_ranks(hvd, gradients))
+        gradient_norm = apply(sum_over_ranks(hvd, gradients))
         priorities = stats.pop("priorities")
         return dict(parts, **stats, total=total, gradient_norm=gradient_norm), priorities
 
-    return step
+    return update
 
 
 def make_batch_step(agent, optimizer, config, hvd):
-    """The learner's batch step, a tf.function of train_batch over make_train_step's steps:
+    """The learner's batch step, a tf.function of train_batch over make_update's updates:
     step(unroll, unroll_weights, order, minibatches); run it with train_in_minibatches.
 
     XLA as --xla says; with 'auto' a step_choice.CheaperStep of the two that keeps the one
@@ -299,7 +302,7 @@ def make_batch_step(agent, optimizer, config, hvd):
 
     def batch_step(xla):
         return tf.function(
-            functools.partial(train_batch, make_train_step(agent, optimizer, config, hvd, xla))
+            functools.partial(train_batch, make_update(agent, optimizer, config, hvd, xla))
         )
 
     if config.xla != "auto":
@@ -307,55 +310,55 @@ def make_batch_step(agent, optimizer, config, hvd):
     return step_choice.CheaperStep({"xla": batch_step(True), "plain": batch_step(False)}, hvd)
 
 
-def train_batch(train_step, unroll, unroll_weights, order, minibatches):
-    """The learner's update on one batch: one train_step per minibatch of whole unrolls, as
+def train_batch(update, unroll, unroll_weights, order, minibatches):
+    """The learner's step on one batch: one update per minibatch of whole unrolls, as
     PPO's minibatches, all in one graph (wrap it in tf.function): one Python call per batch,
     which costs less CPU and wall time than a call per minibatch.
 
     Args:
-      train_step: a minibatch step of make_train_step.
+      update: an update of make_update.
       unroll: Unroll of batch-major [N, T+1, ...] tensors; N static.
       unroll_weights: float32 [N], each unroll's loss weight.
       order: int32 [N], a permutation of 0..N-1: the unrolls in this order are split into
         min(minibatches, N) consecutive minibatches (sizes differing by at most one).
-      minibatches: a Python int (each count is a graph of its own); 1: one step on the batch
+      minibatches: a Python int (each count is a graph of its own); 1: one update on the batch
         as it is.
 
     Returns:
-      (dict of scalars: each output of the steps, averaged over them; float32 priorities [N]
+      (dict of scalars: each output of the updates, averaged over them; float32 priorities [N]
       in the batch's order).
     """
     num_unrolls = unroll_weights.shape[0]
     parts = np.array_split(np.arange(num_unrolls), min(minibatches, num_unrolls))
     if len(parts) == 1:
-        return train_step(unroll, unroll_weights)
+        return update(unroll, unroll_weights)
     outputs, priorities = [], []
     for part in parts:
         positions = order[part[0] : part[-1] + 1]
         minibatch = tf.nest.map_structure(lambda t: tf.gather(t, positions), unroll)  # noqa: B023
-        step_outputs, step_priorities = train_step(minibatch, tf.gather(unroll_weights, positions))
-        outputs.append(step_outputs)
-        priorities.append(step_priorities)
+        update_outputs, update_priorities = update(minibatch, tf.gather(unroll_weights, positions))
+        outputs.append(update_outputs)
+        priorities.append(update_priorities)
     means = {name: tf.reduce_mean(tf.stack([o[name] for o in outputs])) for name in outputs[0]}
     return means, tf.scatter_nd(order[:, None], tf.concat(priorities, 0), [num_unrolls])
 
 
-def train_in_minibatches(step, batch, weights, unrolls_per_minibatch, rng):
-    """Runs `step`, the tf.function of train_batch, on a batch with its unrolls shuffled.
+def train_in_minibatches(batch_step, batch, weights, unrolls_per_minibatch, rng):
+    """Runs `batch_step` (of make_batch_step) on a batch with its unrolls shuffled.
 
     Args:
       batch: Unroll of batch-major [N, T+1, ...] numpy arrays.
       weights: float32 [N], each unroll's loss weight.
       unrolls_per_minibatch: the batch is trained in ceil(N / this) minibatches (sizes
-        differing by at most one); 0: one step on the whole batch
+        differing by at most one); 0: one update on the whole batch
         (config.learner_minibatch_unrolls).
       rng: numpy Generator of the shuffle.
 
     Returns:
-      (dict of floats: each output of the steps, averaged over them; float32 numpy priorities
+      (dict of floats: each output of the updates, averaged over them; float32 numpy priorities
       [N] in the batch's order).
     """
     order = rng.permutation(len(weights)).astype(np.int32)
     minibatches = -(-len(weights) // unrolls_per_minibatch) if unrolls_per_minibatch else 1
-    outputs, priorities = step(batch, weights, order, minibatches)
+    outputs, priorities = batch_step(batch, weights, order, minibatches)
     return {name: float(value) for name, value in outputs.items()}, priorities.numpy()

@@ -16,7 +16,7 @@ FailedPreconditionError until then). TF1-style graphs and sessions because fully
 execution (tf.config.experimental_connect_to_cluster) does not share a queue between client
 processes.
 
-Unrolls travel as flat lists of numpy arrays (see `UnrollSpec`), one queue element per
+Unrolls travel as flat lists of numpy arrays (see `unrolls.UnrollSpec`), one queue element per
 environment: an actor enqueues [N, ...] for its N environments, the learner dequeues [B, ...].
 """
 
@@ -142,21 +142,6 @@ def start_server(spec, job_name, task):
     return tf.distribute.Server(spec, job_name=job_name, task_index=task, start=True)
 
 
-class UnrollSpec:
-    """Names, dtypes and per-unroll shapes of the tensors of one unroll, flattened.
-
-    `structure` is a nest (namedtuples) of tf.TensorSpec with per-unroll shapes (no batch dim).
-    The queue carries `tf.nest.flatten(unroll)`; `pack` turns such a flat list back into the nest.
-    """
-
-    def __init__(self, structure):
-        self.structure = structure
-        self.specs = tf.nest.flatten(structure)
-
-    def pack(self, flat):
-        return tf.nest.pack_sequence_as(self.structure, list(flat))
-
-
 class Transport:
     """The shared graph and a session on this process's server.
 
@@ -166,7 +151,7 @@ class Transport:
         itself).
       task: this process's task index in its job.
       parameter_specs: list of (shape, dtype) of the agent's trainable variables, in order.
-      unroll_spec: UnrollSpec of one unroll.
+      unroll_spec: unrolls.UnrollSpec of one unroll.
       queue_capacity: unrolls the queue holds before enqueue blocks.
     """
 

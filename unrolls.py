@@ -24,6 +24,21 @@ from environments import StepOutput, StepOutputInfo
 Unroll = collections.namedtuple("Unroll", "agent_state env_outputs agent_outputs parameter_version")
 
 
+class UnrollSpec:
+    """Names, dtypes and per-unroll shapes of the tensors of one unroll, flattened.
+
+    `structure` is a nest (namedtuples) of tf.TensorSpec with per-unroll shapes (no batch dim).
+    The queue carries `tf.nest.flatten(unroll)`; `pack` turns such a flat list back into the nest.
+    """
+
+    def __init__(self, structure):
+        self.structure = structure
+        self.specs = tf.nest.flatten(structure)
+
+    def pack(self, flat):
+        return tf.nest.pack_sequence_as(self.structure, list(flat))
+
+
 def unroll_structure(agent, observation_spec, num_actions, unroll_length):
     """Nest of tf.TensorSpec with per-unroll shapes (no batch dim) of one Unroll.
 
@@ -83,46 +98,4 @@ def to_time_major(unroll):
     return unroll._replace(
         env_outputs=tf.nest.map_structure(transpose, unroll.env_outputs),
         agent_outputs=tf.nest.map_structure(transpose, unroll.agent_outputs),
-    )
-
-
-def random_unroll(agent, observation_spec, num_actions, batch_size, unroll_length, rng):
-    """A batch-major Unroll [B, T+1, ...] of random numpy data.
-
-    It ships because the benchmarks time the learner's step on such batches (bench/throughput,
-    bench/allreduce); the tests use it too.
-
-    Args:
-      agent: gives the core-state shapes (its initial state is used).
-      observation_spec: (shape, numpy dtype) of one observation.
-      num_actions: A.
-      batch_size: B.
-      unroll_length: T.
-      rng: a numpy Generator.
-    """
-    shape = (batch_size, unroll_length + 1)
-    observation_shape, observation_dtype = observation_spec
-    if np.issubdtype(observation_dtype, np.integer):
-        observation = rng.integers(0, 256, (*shape, *observation_shape)).astype(observation_dtype)
-    else:
-        observation = rng.normal(size=(*shape, *observation_shape)).astype(observation_dtype)
-    done = rng.random(shape) < 0.1
-    return Unroll(
-        agent_state=tf.nest.map_structure(np.asarray, agent.initial_state(batch_size)),
-        env_outputs=StepOutput(
-            reward=rng.normal(size=shape).astype(np.float32),
-            info=StepOutputInfo(
-                episode_return=rng.normal(size=shape).astype(np.float32),
-                episode_step=rng.integers(1, 100, shape).astype(np.int32),
-                game_over=done,
-            ),
-            done=done,
-            observation=observation,
-        ),
-        agent_outputs=AgentOutput(
-            action=rng.integers(0, num_actions, shape).astype(np.int32),
-            policy_logits=rng.normal(size=(*shape, num_actions)).astype(np.float32),
-            baseline=rng.normal(size=shape).astype(np.float32),
-        ),
-        parameter_version=np.zeros([batch_size], np.int64),
     )

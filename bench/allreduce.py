@@ -7,7 +7,7 @@ Run under mpirun with 2 (or more) ranks:
 For each agent (Atari shapes: 84x84x4 frames, 6 actions) every rank times, in the same run:
   - `allreduce`: summing a gradient-sized list of tensors across ranks inside a tf.function
     with one grouped allreduce, as the learner does every step (train_step.sum_over_ranks);
-  - `train step`: the learner's full step (train_step.make_train_step: V-trace loss, summed
+  - `train step`: the learner's full step (train_step.make_update: V-trace loss, summed
     gradients, optimizer) with the default Config on a synthetic batch of B unrolls of T steps.
 Rank 0 prints a table with both (median ms) and their ratio, then one JSON line.
 """
@@ -24,6 +24,7 @@ import agents
 import config as config_lib
 import train_step
 import unrolls
+from tools import random_unrolls
 
 flags.DEFINE_list("agents", ["SimpleConvNetAgent", "ResNetLSTMAgent"], "Agents to measure.")
 flags.DEFINE_integer("batch_size", 32, "B of the synthetic train batch.")
@@ -53,7 +54,7 @@ def median_ms(fn, repeats):
 
 def measure(agent_name, rng):
     agent = agents.agent_factory(agent_name)(NUM_ACTIONS)
-    unroll = unrolls.random_unroll(
+    unroll = random_unrolls.random_unroll(
         agent, (FRAME_SHAPE, np.uint8), NUM_ACTIONS, FLAGS.batch_size, FLAGS.unroll_length, rng
     )
     inputs = unrolls.to_time_major(unroll)
@@ -61,7 +62,7 @@ def measure(agent_name, rng):
     config = config_lib.Config()
     optimizer = train_step.make_optimizer(config, tf.Variable(config.learning_rate))
     train_step.create_optimizer_state(optimizer, agent)
-    step = tf.function(train_step.make_train_step(agent, optimizer, config, hvd, FLAGS.xla))
+    step = tf.function(train_step.make_update(agent, optimizer, config, hvd, FLAGS.xla))
 
     compression = {"none": hvd.Compression.none, "fp16": hvd.Compression.fp16}
     compression = compression[FLAGS.compression]

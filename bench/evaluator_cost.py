@@ -19,8 +19,8 @@ import time
 from absl import app, flags
 
 import config as config_lib
-import local_cluster
 from bench import cluster
+from tools import local_cluster
 
 flags.DEFINE_integer("rounds", 4, "Rounds of two windows (evaluator running, stopped).")
 flags.DEFINE_integer("window_secs", 60, "Seconds of each window.")

@@ -27,9 +27,9 @@ from absl import app, flags
 import config as config_lib
 import experiment
 import host_tuning
-import launcher
-import local_cluster
 from bench import cluster, stages
+from frontend import launcher
+from tools import local_cluster
 
 config_lib.define_flags()
 flags.DEFINE_integer("calls", 20, "Batch steps per timed run.", lower_bound=1)

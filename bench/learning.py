@@ -12,13 +12,19 @@ entropy against frames, drawn by tools/curves.py). Printed: a table and, last, o
 trains nothing: it writes the CSV and PNG of each run's newest run directory as far as it got (a
 run still going, or one stopped before its budget).
 
-  cartpole        CartPole-v1, MLPAgent, 500K frames (= agent steps): the frames at which the
-                  mean return over the last 100 games first reaches 475 (target: within the
-                  budget).
+  cartpole        CartPole-v1 on the vector family's defaults alone (config.VECTOR_DEFAULTS:
+                  MLPAgent, ...), 500K frames (= agent steps): the frames at which the mean
+                  return over the last 100 games first reaches 475 (target: within the budget).
   pong            PongNoFrameskip-v4, SimpleConvNetAgent, the default settings (replay ratio
-                  3 with the clipped surrogate), 10M frames (2.5M agent steps, ~3 h here): the
+                  3 with the clipped surrogate), 10M frames (2.5M agent steps, hours here): the
                   mean return of the last 100 games (target: >= +18). --quick trains 500K
                   frames instead, to check the whole path in a few minutes.
+  breakout, space_invaders, beam_rider, qbert, seaquest
+                  the other games of the Atari suite, each as `pong` with its own level
+                  (target: PPO's return at 10M frames, bench/atari_suite.py).
+  atari           all six, one after the other; then the suite's table (the mean of the last
+                  100 games at 2.5M, 5M and 10M frames) as printed text, a CSV (--results_csv)
+                  and a grid figure (--grid_png).
   pong_no_replay  the same without replay (each frame learned from once).
   pong_2_learners the main job's shape: 2 learners (Horovod ranks) of one actor each, each
                   learner's batch 1 on-policy + 3 replayed unrolls, so that the global batch
@@ -26,7 +32,8 @@ run still going, or one stopped before its budget).
                   of each learner's, their gradients summed); 5M frames.
 
 The run's settings below apply unless the flag is given on the command line: every training
-flag (the fields of config.Config) is accepted and forwarded to the workers of every run.
+flag (the fields of config.Config) is accepted and forwarded to the workers of every run. The
+settings a run leaves out take the defaults of its level's environment family (config.py).
 """
 
 import dataclasses
@@ -40,44 +47,34 @@ import numpy as np
 from absl import app, flags
 
 import config as config_lib
-import local_cluster
-from bench import cluster
-from tools import curves
+from bench import atari_suite, cluster
+from tools import curves, local_cluster
 
-# The defaults (config.Config: PPO's Atari recipe on this learner, replay ratio 3 with the
-# clipped surrogate, 64-step updates); the IMPALA paper's settings (config.IMPALA_PAPER)
-# stayed at -20 over 10M frames (bench/README.md).
-PONG_SETTINGS = {
-    "level_name": "PongNoFrameskip-v4",
+# Every Atari run: the defaults (config.Config: PPO's Atari recipe on this learner, replay ratio
+# 3 with the clipped surrogate, 64-step updates), the same for every game.
+ATARI_SETTINGS = {
     "agent_name": "SimpleConvNetAgent",
     "num_envs_per_actor": 8,
     "total_environment_frames": 10_000_000,
 }
+ATARI_RUNS = {
+    atari_suite.run_name(game): {
+        "settings": {**ATARI_SETTINGS, "level_name": atari_suite.level_name(game)},
+        "quick_frames": 500_000,
+        "target": bar,
+        "game": game,
+    }
+    for game, bar in atari_suite.BARS.items()
+}
+PONG_SETTINGS = ATARI_RUNS["pong"]["settings"]
 RUNS = {
+    # The level and budget only: what the vector family's defaults learn by themselves.
     "cartpole": {
-        "settings": {
-            # The IMPALA paper's settings, with which these learning rates were measured.
-            **config_lib.IMPALA_PAPER,
-            "level_name": "CartPole-v1",
-            "agent_name": "MLPAgent",
-            "batch_size": 16,
-            "unroll_length": 20,
-            "num_envs_per_actor": 8,
-            "gradients_clipping": -1,
-            "entropy_cost": 0.01,
-            # 0.0006 (the paper's) reached means of ~320 and 0.002 ~410 by 500K frames; 0.003
-            # reached 475 at 395K and 482K frames, 0.005 at 315K and 394K (seeds 1 and 2).
-            "learning_rate": 0.005,
-            "total_environment_frames": 500_000,
-        },
+        "settings": {"level_name": "CartPole-v1", "total_environment_frames": 500_000},
         "quick_frames": 500_000,  # already short: the target needs the whole budget
         "target": 475.0,
     },
-    "pong": {
-        "settings": PONG_SETTINGS,
-        "quick_frames": 500_000,
-        "target": 18.0,
-    },
+    **ATARI_RUNS,
     # The same without replay, each frame learned from once: what replay buys (issue 14's
     # comparison). --policy_clip stays: with one use per frame it only bounds the policy lag.
     "pong_no_replay": {
@@ -94,8 +91,24 @@ RUNS = {
         "target": 18.0,
     },
 }
-flags.DEFINE_list("runs", ["cartpole", "pong"], f"Any of {', '.join(RUNS)}.")
-flags.DEFINE_bool("quick", False, f"Pong trains {RUNS['pong']['quick_frames']:,} frames only.")
+flags.DEFINE_list(
+    "runs",
+    ["cartpole", "pong"],
+    f"Any of {', '.join(RUNS)}; `atari`: the Atari suite's games ({', '.join(ATARI_RUNS)}).",
+)
+flags.DEFINE_bool(
+    "quick", False, f"The Atari runs train {RUNS['pong']['quick_frames']:,} frames only."
+)
+flags.DEFINE_string(
+    "results_csv",
+    None,
+    "Where the Atari suite's table goes as CSV (default: --output_dir/atari_results.csv).",
+)
+flags.DEFINE_string(
+    "grid_png",
+    None,
+    "Where the Atari suite's grid figure goes (default: --output_dir/atari_suite.png).",
+)
 flags.DEFINE_integer("actors", 2, "Actors of each run, dealt round-robin to its learners.")
 flags.DEFINE_string("output_dir", "/tmp/impala_bench_learning", "CSV, PNG and the workers' logs.")
 flags.DEFINE_bool(
@@ -114,13 +127,14 @@ FLAGS = flags.FLAGS
 
 
 def run_config(name):
-    """The run's Config: its settings over the defaults, flags given on the command line over
-    both."""
+    """The run's Config: its settings over the defaults of its level's environment family,
+    flags given on the command line over both; and the run's settings that applied."""
     settings = dict(RUNS[name]["settings"])
     if FLAGS.quick:
         settings["total_environment_frames"] = RUNS[name]["quick_frames"]
-    settings = {key: value for key, value in settings.items() if not FLAGS[key].present}
-    return dataclasses.replace(config_lib.from_flags(FLAGS), **settings), settings
+    given = config_lib.given_flags(FLAGS)
+    settings = {key: value for key, value in settings.items() if key not in given}
+    return config_lib.configure({**settings, **given}), settings
 
 
 def train(run_dir, config, num_learners):
@@ -161,7 +175,7 @@ def newest_run_dir(name):
 
 def benchmark(name):
     """Trains the run to its budget (or, with --curves_only, takes its newest run directory as it
-    is), writes its CSV and PNG and returns its figures."""
+    is), writes its CSV and PNG; returns its figures and its curves.RunCurves."""
     config, settings = run_config(name)
     num_learners = RUNS[name].get("learners", 1)
     run_dir = newest_run_dir(name) if FLAGS.resume or FLAGS.curves_only else None
@@ -210,17 +224,33 @@ def benchmark(name):
         "csv": csv_path,
         "logs": run_dir,
         "settings": settings,
-    }
+        "defaults": config_lib.defaults_line(config),
+    }, run
+
+
+def write_suite(runs):
+    """Prints the Atari suite's table of `runs` (RunCurves named by game) and writes its CSV and
+    grid figure."""
+    rows = atari_suite.summary(runs)
+    csv_path = FLAGS.results_csv or os.path.join(FLAGS.output_dir, "atari_results.csv")
+    grid_path = FLAGS.grid_png or os.path.join(FLAGS.output_dir, "atari_suite.png")
+    atari_suite.write_csv(rows, csv_path)
+    atari_suite.draw(runs, grid_path)
+    print("\nAtari suite: the mean return of the last 100 games at each budget\n")
+    print(atari_suite.table(rows))
+    print(f"table: {csv_path}; figure: {grid_path}")
 
 
 def main(argv):
     del argv
-    unknown = sorted(set(FLAGS.runs) - set(RUNS))
+    unknown = sorted(set(FLAGS.runs) - set(RUNS) - {"atari"})
     if unknown:
         raise app.UsageError(f"--runs: unknown {', '.join(unknown)}; valid: {', '.join(RUNS)}")
     os.makedirs(FLAGS.output_dir, exist_ok=True)
     local_cluster.exit_cleanly_on_termination()
-    results = [benchmark(name) for name in FLAGS.runs]
+    names = [n for name in FLAGS.runs for n in (ATARI_RUNS if name == "atari" else [name])]
+    measured = [benchmark(name) for name in names]
+    results = [result for result, _ in measured]
     print(
         f"\n{'run':<16}{'frames':>12}{'load':>6}{'minutes':>9}{'games':>7}"
         f"{'mean return (last 100)':>24}{'target':>8}{'frames to target':>18}"
@@ -235,6 +265,13 @@ def main(argv):
             f"{r['final_mean_return_100']:>24.2f}{r['target']:>8g}{reached:>18}"
         )
     print(f"curves: {FLAGS.output_dir}/<run>.csv and .png")
+    suite = [
+        dataclasses.replace(run, name=ATARI_RUNS[result["run"]]["game"])
+        for result, run in measured
+        if result["run"] in ATARI_RUNS
+    ]
+    if suite:
+        write_suite(suite)
     print(json.dumps({"quick": FLAGS.quick, "results": results}))
 
 

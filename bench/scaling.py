@@ -35,8 +35,7 @@ import tempfile
 
 from absl import app, flags
 
-import local_cluster
-import network_namespaces
+from tools import local_cluster, network_namespaces
 
 flags.DEFINE_list("rates", ["1gbit", "10gbit"], "Link rates (tc tbf syntax).")
 flags.DEFINE_list("rtts_ms", ["0.2", "2"], "Round trips added by the ring model (ms).")

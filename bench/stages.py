@@ -54,8 +54,8 @@ import experiment
 import host_tuning
 import replay
 import train_step
-import unrolls
 from actor import create_env
+from tools import random_unrolls
 
 INFERENCE_BATCHES = (8, 16, 32, 64)
 # This process's TF thread pools: one kernel thread per core, TF's default scheduling pool.
@@ -166,7 +166,7 @@ def inference_with_threads(config, pools, candidates, window_secs, repeats):
 def learner_batch(agent, config, observation_spec, num_actions, rng):
     """A synthetic batch as the learner of `config` trains on: B + round(B x replay ratio)
     random unrolls [N, T+1, ...] (B without replay), numpy arrays as dequeued."""
-    return unrolls.random_unroll(
+    return random_unrolls.random_unroll(
         agent,
         observation_spec,
         num_actions,

@@ -52,11 +52,10 @@ import numpy as np
 from absl import app, flags
 
 import config as config_lib
-import local_cluster
-import summaries
 from bench import cluster, learner_ranks
 from bench import stages as stages_lib
 from experiment import build_agent
+from tools import local_cluster, summary_reader
 
 flags.DEFINE_integer("actors", 2, "Actors (over all learners) of the default configuration.")
 flags.DEFINE_integer("learners", 1, "Learners of the default configuration.")
@@ -181,7 +180,9 @@ def measure_system(
     # Rank 0's queue size at each of its progress lines in the window (its summaries' steps are
     # the lines' frames).
     queue_sizes = [
-        size for step, size in summaries.scalars(logdir, "queue_size") if frames0 <= step <= frames1
+        size
+        for step, size in summary_reader.scalars(logdir, "queue_size")
+        if frames0 <= step <= frames1
     ]
     frames_per_second = (frames1 - frames0) / (t1 - t0)
     cores = [

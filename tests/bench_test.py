@@ -14,9 +14,8 @@ import psutil
 import pytest
 
 import config as config_lib
-import local_cluster
-import network_namespaces
 from bench import learner_ranks
+from tools import local_cluster, network_namespaces
 
 pytestmark = pytest.mark.slow
 
@@ -115,25 +114,6 @@ def test_the_throughput_benchmark_measures_every_stage_and_the_replay_row(start,
             )
         ratios = sorted(round_["over_limit"] for round_ in row["paired_rounds"])
         assert row["paired_over_limit"] == pytest.approx(sum(ratios) / 2), row
-
-
-def test_the_corun_benchmark_runs_the_learner_beside_both_kinds_of_model_actors(start):
-    """bench.corun end to end on Pong with a one-unroll learner batch and short windows: the
-    limit's stages, then the learner beside model actors of each variant (figures positive,
-    not judged: the machine may be loaded)."""
-    result = run_to_json(
-        start,
-        "bench.corun",
-        ["--batch_size=1", "--replay_size=0", "--minibatch_unrolls=0", "--windows=1"]
-        + ["--window_secs=2"],
-    )
-    assert result["uses"] == 1.0 and result["limit"] > 0, result
-    assert result["learner_realtime"] is True, result  # as a learner's (the tests run as root)
-    assert [row["variant"] for row in result["rows"]] == ["best", "own"]
-    for row in result["rows"]:
-        assert row["agent_steps_per_s"] > 0 and row["learner_cores"] > 0, row
-        assert row["actor_cores"] > 0 and row["actor_cpu_ms"] > 0, row
-        assert row["over_limit"] == pytest.approx(row["agent_steps_per_s"] / result["limit"])
 
 
 @pytest.mark.skipif(

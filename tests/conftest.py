@@ -1,5 +1,5 @@
 """Shared fixtures: processes started by a test are always killed at its end; a directory
-every user may read; a private tmux server."""
+every user may read; a private tmux server; frontend runs, undone at teardown; remote hosts."""
 
 import os
 import pathlib
@@ -11,7 +11,9 @@ import uuid
 import libtmux
 import pytest
 
-import local_cluster
+from tests import netns_sshd
+from tests.frontend_runs import Following, frontend, run_id_of, undo_run
+from tools import local_cluster
 
 
 @pytest.fixture
@@ -58,3 +60,57 @@ def tmux_socket():
         server.kill()
     socket_dir = pathlib.Path(os.environ.get("TMUX_TMPDIR", "/tmp"), f"tmux-{os.getuid()}")
     (socket_dir / name).unlink(missing_ok=True)  # tmux leaves its socket file behind.
+
+
+@pytest.fixture
+def runs(tmux_socket):
+    """run(logdir, *args): the frontend on a private tmux server; each run undone at teardown."""
+    started = []  # (logdir, run id)
+
+    def run(logdir, *args, env=None, timeout=120):
+        code, out, err = frontend(
+            f"--logdir={logdir}",
+            f"--tmux_socket_name={tmux_socket}",
+            *args,
+            env=env,
+            timeout=timeout,
+        )
+        if out.startswith("Run "):
+            started.append((logdir, run_id_of(out)))
+        return code, out, err
+
+    yield run
+    for logdir, run_id in started:
+        undo_run(logdir, run_id)
+
+
+@pytest.fixture
+def follows(tmux_socket, tmp_path):
+    """follow(logdir, *args): the frontend with --follow, started in the background.
+
+    At teardown: killed if still running, then its run stopped and anything left killed.
+    """
+    started = []  # (Following, logdir)
+
+    def follow(logdir, *args):
+        directory = tmp_path / f"frontend-{len(started)}"
+        directory.mkdir()
+        following = Following(
+            directory, [f"--logdir={logdir}", f"--tmux_socket_name={tmux_socket}", *args]
+        )
+        started.append((following, logdir))
+        return following
+
+    yield follow
+    for following, logdir in started:
+        if following.popen.poll() is None:
+            following.popen.kill()
+            following.popen.wait(timeout=10)
+        if following.run_id():
+            undo_run(logdir, following.run_id())
+
+
+@pytest.fixture(scope="module")
+def hosts():
+    """Two remote hosts: network namespaces with sshd (tests/netns_sshd.py), one set a module."""
+    yield from netns_sshd.hosts_for_a_fixture(2)

@@ -1,6 +1,6 @@
 """console: a secret is masked where it stands whole, and nowhere else."""
 
-import console
+from frontend import console
 
 
 def test_a_secret_is_masked_where_it_stands_whole_not_inside_other_words():

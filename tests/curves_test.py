@@ -10,10 +10,9 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-import local_cluster
-import summaries
+import progress
 from evaluation import EVAL_SUBDIR
-from tools import curves
+from tools import curves, local_cluster
 
 LEVEL = "PongNoFrameskip-v4"
 
@@ -24,7 +23,7 @@ def write_run(logdir, num_games=150, evaluations=True):
     frames, in its run logdir/eval."""
     learner = tf.summary.create_file_writer(str(logdir))
     with learner.as_default():
-        tf.summary.scalar(summaries.START_TAG, 0, step=0)
+        tf.summary.scalar(progress.START_TAG, 0, step=0)
         for game in range(num_games):
             frames = 4000 * (game + 1)
             tf.summary.scalar(f"{LEVEL}/episode_return", -21.0 + 0.3 * game, step=frames)

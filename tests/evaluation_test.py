@@ -7,11 +7,10 @@ import sys
 import cv2
 import pytest
 
-import local_cluster
-import summaries
 from evaluation import EVAL_SUBDIR, VIDEO_SUBDIR
-from local_cluster import cluster_flags
 from tests.training_settings import CARTPOLE_ADAM
+from tools import local_cluster, summary_reader
+from tools.local_cluster import cluster_flags
 
 pytestmark = pytest.mark.slow
 
@@ -46,17 +45,17 @@ def test_an_evaluator_reports_full_games_through_training_and_its_end(spawn, tmp
 
     # Under <logdir>/eval, at the frames of the parameters evaluated: one evaluation per
     # interval at most (the games take a while), and the final parameters'.
-    means = summaries.scalars(logdir / EVAL_SUBDIR, "eval/return_mean")
+    means = summary_reader.scalars(logdir / EVAL_SUBDIR, "eval/return_mean")
     frames = [step for step, _ in means]
     assert len(means) >= 2 and frames == sorted(set(frames)), means
     assert frames[-1] >= BUDGET
     assert means[-1][1] >= 150, means
-    versions = summaries.scalars(logdir / EVAL_SUBDIR, "eval/parameter_version")
+    versions = summary_reader.scalars(logdir / EVAL_SUBDIR, "eval/parameter_version")
     assert [step for step, _ in versions] == frames
     for tag in ("eval/return_std", "eval/game_frames"):
-        assert [step for step, _ in summaries.scalars(logdir / EVAL_SUBDIR, tag)] == frames
+        assert [step for step, _ in summary_reader.scalars(logdir / EVAL_SUBDIR, tag)] == frames
     # The learner's own summaries stay in <logdir>, untouched by the evaluator's.
-    assert not summaries.scalars(logdir, "eval/return_mean")
+    assert not summary_reader.scalars(logdir, "eval/return_mean")
 
     # Every second evaluation's first game, at CartPole's rendered size.
     videos = sorted((logdir / VIDEO_SUBDIR).glob("CartPole-v1-*.mp4"))

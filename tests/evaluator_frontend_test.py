@@ -15,15 +15,10 @@ import pytest
 
 import cluster_file
 import transport
-from local_cluster import free_ports
-from tests import netns_sshd
-from tests import run_experiment_mm_raw_test as frontend_runs
+from tests import frontend_runs, netns_sshd
 from tests.loopback_transport import PARAMETER_SPECS, UNROLL_SPEC
 from tests.workers_csv_test import ACTOR, LEARNER, REMOTE, load, problems, write
-
-# The other frontend tests' fixtures: the frontend on a private tmux server, undone at teardown.
-runs = frontend_runs.runs
-follows = frontend_runs.follows
+from tools.local_cluster import free_ports
 
 EVALUATOR = "evaluator,localhost,9101,,,,"
 SESSION = frontend_runs.SESSION
@@ -267,6 +262,7 @@ def evaluator_csv(tmp_path):
     return frontend_runs.write_csv(tmp_path / "workers.csv", rows), ports
 
 
+@pytest.mark.slow
 def test_a_local_evaluator_runs_in_its_tmux_window_and_stop_ends_it(tmp_path, runs, tmux_socket):
     path, ports = evaluator_csv(tmp_path)
     logdir = tmp_path / "logdir"
@@ -312,17 +308,18 @@ def follow_evaluator_run(tmp_path, follows, *flags):
     ports, logdir, repo)."""
     path, ports = evaluator_csv(tmp_path)
     logdir = tmp_path / "logdir"
-    following = follows(
+    following = frontend_runs.follow_fake_run(
+        follows,
+        tmp_path,
         logdir,
         f"--workers_csv_path={path}",
-        *frontend_runs.fake_run_flags(tmp_path, 120_000),
         *frontend_runs.supervision_flags(),
         *flags,
     )
-    following.wait_for("^Following ", 60)
     return following, following.run_id(), ports, logdir, tmp_path / "repo"
 
 
+@pytest.mark.slow
 def test_follow_restarts_a_killed_evaluator_and_not_one_that_ended(tmp_path, follows, tmux_socket):
     following, run_id, ports, logdir, repo = follow_evaluator_run(tmp_path, follows)
 
@@ -348,6 +345,7 @@ def test_follow_restarts_a_killed_evaluator_and_not_one_that_ended(tmp_path, fol
     frontend_runs.check_stopped(logdir, run_id, tmux_socket)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("evaluator_ends", [True, False])
 def test_follow_waits_for_the_final_evaluation_at_most_its_bound(
     tmp_path, follows, tmux_socket, evaluator_ends
@@ -385,6 +383,7 @@ def hosts():
     yield from netns_sshd.hosts_for_a_fixture(1)
 
 
+@pytest.mark.slow
 def test_a_remote_evaluator_is_recorded_and_stop_kills_it(tmp_path, hosts, runs):
     host = hosts.hosts[0]
     ports = free_ports(3)

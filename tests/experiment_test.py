@@ -11,11 +11,10 @@ import pytest
 import tensorflow as tf
 
 import config
-import local_cluster
 import pixel_games
-import summaries
-from local_cluster import cluster_flags, free_ports
 from tests.training_settings import CARTPOLE, CARTPOLE_ADAM
+from tools import local_cluster, summary_reader
+from tools.local_cluster import cluster_flags, free_ports
 
 pytestmark = pytest.mark.slow
 
@@ -49,7 +48,7 @@ def train_one_learner_two_actors(spawn, logdir, flags, timeout):
             "TF threads: 1 kernel, 1 scheduling | allocator tcmalloc"
         ) in actor.log()
     level_name = [f for f in flags if f.startswith("--level_name=")][-1].split("=", 1)[1]
-    return learner, [r for _, r in summaries.episode_returns(logdir, level_name)]
+    return learner, [r for _, r in summary_reader.episode_returns(logdir, level_name)]
 
 
 def test_one_learner_two_actors_learn_cartpole(spawn, tmp_path):
@@ -84,14 +83,14 @@ def test_one_learner_two_actors_learn_cartpole_with_replay(spawn, tmp_path):
     )
     assert np.mean(returns[-20:]) > 150, returns[-40:]
     assert "learner: replay memory full: 2000 unrolls (" in learner.log()  # it filled up
-    assert max(fill for _, fill in summaries.scalars(logdir, "replay/unrolls")) == 2000
+    assert max(fill for _, fill in summary_reader.scalars(logdir, "replay/unrolls")) == 2000
     # What the progress line leaves out, TensorBoard holds (progress.py).
     left_out = {
         *("loss/policy_gradient", "loss/baseline", "loss/entropy", "loss/gradient_norm"),
         *("policy/mean_abs_log_rho", "policy/clipped_rho_fraction"),
         *("learning_rate", "queue_size", "replay/allocated_gib"),
     }
-    assert left_out <= summaries.tags(logdir), summaries.tags(logdir)
+    assert left_out <= summary_reader.tags(logdir), summary_reader.tags(logdir)
 
 
 def test_the_conv_agent_learns_from_pixels(spawn, tmp_path):
@@ -153,7 +152,7 @@ def test_pong_checkpoints_survives_learner_kill_and_evaluates(spawn, tmp_path):
     # The actor's agent, loaded from the published parameters, is the learner's network: on the
     # first step (every unroll acted with the parameters the learner still has, as the actor
     # waits for the first publish) the importance weights pi/mu are 1.
-    first_log_rho = summaries.scalars(logdir, "policy/mean_abs_log_rho")[0][1]
+    first_log_rho = summary_reader.scalars(logdir, "policy/mean_abs_log_rho")[0][1]
     assert first_log_rho < 1e-4, first_log_rho
 
     learner.signal(signal.SIGKILL)

@@ -1,4 +1,5 @@
-"""The frontend given bad input: one clear error naming the file, row and field; no secret shown.
+"""The frontend given bad input: one clear error naming the file, row and field; no secret shown;
+nothing started, not even tmux.
 
 Each case runs run_experiment_mm_raw.py as a subprocess, as users run it. The last one starts a
 real run against an sshd (in a network namespace, tests/netns_sshd.py) that offers no SFTP.
@@ -9,11 +10,12 @@ import os
 import pathlib
 import shutil
 
+import libtmux
 import pytest
 
-from local_cluster import free_ports
 from tests import netns_sshd
-from tests.run_experiment_mm_raw_test import frontend
+from tests.frontend_runs import frontend, local_csv, write_csv
+from tools.local_cluster import free_ports
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
 FRONTEND = str(REPO / "run_experiment_mm_raw.py")
@@ -142,6 +144,48 @@ def test_passwords_other_users_can_read_are_warned_of_once(open_dir):
     assert "WARNING" not in err
 
 
+# A CSV or flags the run cannot start with: exit 2, no plan, no tmux server, no launch dir.
+
+
+@pytest.mark.parametrize(
+    "rows, expected",
+    [
+        ([("learner", "localhost", 1), ("worker", "localhost", 2)], "3: row 2, field 'job'"),
+        ([("learner", "localhost", 1), ("actor", "127.0.0.1", 1)], "3: row 2, field 'tf_port'"),
+        ([("learner", "localhost", 1)], "2: row 1, field 'job'"),  # A learner with no actor.
+        (
+            [("learner", "localhost", 1), ("actor", "203.0.113.9", 2, "", 22, "bob")],
+            "3: row 2, field 'ssh_password'",
+        ),
+    ],
+)
+def test_invalid_csv_is_reported_and_starts_nothing(tmp_path, tmux_socket, rows, expected):
+    path = write_csv(tmp_path / "workers.csv", rows)
+    code, out, err = frontend(
+        f"--workers_csv_path={path}", f"--logdir={tmp_path}", f"--tmux_socket_name={tmux_socket}"
+    )
+    assert code == 2
+    assert f"{path}:{expected}" in err
+    assert out == ""  # Not even a plan.
+    assert not libtmux.Server(socket_name=tmux_socket).is_alive()
+    assert not (tmp_path / "launch").exists()
+
+
+def test_an_update_that_does_not_split_over_the_learners_starts_nothing(tmp_path, tmux_socket):
+    path, _ = local_csv(tmp_path)  # 2 learners
+    code, out, err = frontend(
+        f"--workers_csv_path={path}",
+        f"--logdir={tmp_path}",
+        f"--tmux_socket_name={tmux_socket}",
+        "--minibatch_unrolls=3",
+    )
+    assert code == 2
+    assert f"{path}: --minibatch_unrolls=3 does not split evenly over 2 learners" in err
+    assert out == ""
+    assert not libtmux.Server(socket_name=tmux_socket).is_alive()
+    assert not (tmp_path / "launch").exists()
+
+
 # A remote host whose sshd has no SFTP subsystem: the launcher cannot upload a worker's script.
 
 
@@ -150,6 +194,7 @@ def host_without_sftp():
     yield from netns_sshd.hosts_for_a_fixture(1, sftp=False)
 
 
+@pytest.mark.slow
 def test_a_host_without_sftp_is_named_with_what_it_lacks(tmp_path, host_without_sftp, tmux_socket):
     hosts = host_without_sftp
     (host,) = hosts.hosts

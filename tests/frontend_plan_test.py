@@ -1,4 +1,5 @@
-"""The frontend's plan and its workers' commands grow with the workers only, never their square.
+"""The frontend's plan: one line per worker (its role, address, host, files), each command with
+every training flag and no secret, and a plan that grows with the workers only, never their square.
 
 A worker set's addresses reach its workers in a cluster file (cluster_file.py), not as flags
 that would carry every actor's address in every command (over Linux's 128 KiB for one argument
@@ -11,22 +12,103 @@ import pathlib
 import re
 import shlex
 import sys
+import uuid
 
+import libtmux
 import pytest
 
 import cluster_file
-import launcher
-import workers_csv
-from local_cluster import free_ports
-from tests import run_experiment_mm_raw_test as frontend_runs
+import config
+from frontend import launcher, workers_csv
+from tests import frontend_runs
+from tools.local_cluster import free_ports
 
 MANY_ACTORS = 2000
 LONGEST_PLAN_LINE = 300  # Characters; the plan names files relative to the launch dir.
 LONGEST_ARGUMENT = 1000  # Characters of one argument of any worker's command.
 LONGEST_SCRIPT = 8192  # Bytes of a worker's launch script, all training flags included.
 
-# The end-to-end test starts real workers with the other frontend tests' fixture.
-runs = frontend_runs.runs
+
+def test_dry_run_prints_plan_and_every_command_with_secrets_masked(tmp_path, tmux_socket):
+    host = os.uname().nodename  # This host, by a name its remote actors can reach.
+    ports = free_ports(5)
+    secret, env_secret = "CSV-pa55word-" + uuid.uuid4().hex, "ENV-pa55word-" + uuid.uuid4().hex
+    path = frontend_runs.write_csv(
+        tmp_path / "workers.csv",
+        [
+            ("learner", host, ports[0], "0"),
+            ("learner", host, ports[1], "1"),
+            ("actor", "localhost", ports[2]),
+            ("actor", "203.0.113.9", ports[3], "", 2222, "bob", secret),
+            ("actor", "203.0.113.10", ports[4], "", 22, "eve", "env:IMPT_PASSWORD"),
+        ],
+    )
+    code, out, err = frontend_runs.frontend(
+        f"--workers_csv_path={path}",
+        f"--logdir={tmp_path}",
+        f"--tmux_socket_name={tmux_socket}",
+        "--remote_python=/opt/py/bin/python",
+        "--remote_repo_dir=/srv/impala",
+        "--level_name=CartPole-v1",
+        "--total_environment_frames=1234",
+        "--dry_run",
+        "--verbose",
+        env={"IMPT_PASSWORD": env_secret},
+    )
+    assert code == 0, err
+    assert secret not in out + err and env_secret not in out + err
+    launch_dir = tmp_path / "launch"
+    # One line per worker, its files named in the launch dir; actor k joins learner k % 2.
+    assert f"Plan (the files named are in {launch_dir} on each worker's host):" in out
+    assert (
+        f"  learner-0: learner of worker set 0, tf {host}:{ports[0]} (row 1); mpirun rank 0 on "
+        "this host; addresses cluster-0.txt; script learner-0.sh; log learner-0.log\n" in out
+    )
+    assert (
+        f"  actor-0-1: actor 1 of worker set 0, tf 203.0.113.10:{ports[4]} (row 5); over SSH as "
+        "eve@203.0.113.10 ssh port 22 (auth: password from $IMPT_PASSWORD); script "
+        "actor-0-1.sh; log actor-0-1.log\n" in out
+    )
+    assert f"  learner-1: learner of worker set 1, tf {host}:{ports[1]} (row 2); " in out
+    assert (
+        f"  actor-1-0: actor 0 of worker set 1, tf 203.0.113.9:{ports[3]} (row 4); over SSH as "
+        "bob@203.0.113.9 ssh port 2222 (auth: password from the CSV); " in out
+    )
+    assert (
+        f"  learners: the learners' mpirun; tmux window {frontend_runs.SESSION}:learners; " in out
+    )
+    # --verbose: each worker's command under its line.
+    commands = [line.strip() for line in out.splitlines() if line.startswith("    cd ")]
+    assert len(commands) == 6  # 3 actors, 2 learners, 1 mpirun.
+    set0, set1 = (f"--cluster_file={launch_dir}/cluster-{i}.txt" for i in (0, 1))
+    expected = {
+        "learner-0": f"cd {frontend_runs.REPO} && CUDA_VISIBLE_DEVICES=0 {sys.executable} "
+        f"experiment.py --job_name=learner --task=0 {set0}",
+        "actor-0-0": f"cd {frontend_runs.REPO} && CUDA_VISIBLE_DEVICES='' {sys.executable} "
+        f"experiment.py --job_name=actor --task=0 {set0}",
+        "actor-0-1": "cd /srv/impala && CUDA_VISIBLE_DEVICES='' /opt/py/bin/python experiment.py "
+        f"--job_name=actor --task=1 {set0}",
+        "learner-1": f"cd {frontend_runs.REPO} && CUDA_VISIBLE_DEVICES=1 {sys.executable} "
+        f"experiment.py --job_name=learner --task=0 {set1}",
+        "actor-1-0": "cd /srv/impala && CUDA_VISIBLE_DEVICES='' /opt/py/bin/python experiment.py "
+        f"--job_name=actor --task=0 {set1}",
+    }
+    for command, (name, start) in zip(commands, expected.items(), strict=False):
+        # Drop the exports that follow CUDA_VISIBLE_DEVICES (PYTHONUNBUFFERED, the run id).
+        assert re.sub(r" PYTHONUNBUFFERED=1 IMPALA_RUN_ID=\S+", "", command).startswith(start), name
+        for flag in config.NAMES:  # Every field of the config, forwarded to all.
+            assert re.search(rf" --(no)?{flag}(=| |$)", command), (name, flag)
+        assert (
+            "--level_name=CartPole-v1" in command and "--total_environment_frames=1234" in command
+        )
+    assert re.search(
+        rf" --oversubscribe --bind-to none --tag-output -np 1 -H localhost bash {launch_dir}/"
+        rf"learner-0.sh : -np 1 -H localhost bash {launch_dir}/learner-1.sh$",
+        commands[5],
+    )
+    assert out.rstrip().endswith("Dry run: nothing started.")
+    assert not libtmux.Server(socket_name=tmux_socket).is_alive()
+    assert not launch_dir.exists()
 
 
 def many_actors_csv(tmp_path):
@@ -43,8 +125,9 @@ def test_dry_run_of_thousands_of_actors_prints_one_short_line_per_worker(tmp_pat
     )
     assert code == 0, err
     lines = out.splitlines()
-    # The run's and the plan's headings, one line per worker, the mpirun, 'Dry run'.
-    assert len(lines) == 2 + (1 + MANY_ACTORS) + 1 + 1
+    # The run's heading, the training defaults' line, the plan's heading, one line per worker,
+    # the mpirun, 'Dry run'.
+    assert len(lines) == 3 + (1 + MANY_ACTORS) + 1 + 1
     assert max(map(len, lines)) <= LONGEST_PLAN_LINE
     assert (
         f"  actor-0-{MANY_ACTORS - 1}: actor {MANY_ACTORS - 1} of worker set 0, tf 127.0.0.1:"

@@ -5,6 +5,7 @@ import numpy as np
 import agents
 import config
 import unrolls
+from tools import random_unrolls
 
 NUM_ACTIONS, OBSERVATION_SPEC, BATCH_SIZE, UNROLL_LENGTH = 2, ((4,), np.float32), 4, 5
 LOSS_CONFIG = config.Config()  # the default loss settings
@@ -21,6 +22,6 @@ def build_agent():
 def random_unroll(agent, seed):
     """Batch-major [B, T+1, ...] random batch with episode ends inside, fixed by `seed`."""
     rng = np.random.default_rng(seed)
-    return unrolls.random_unroll(
+    return random_unrolls.random_unroll(
         agent, OBSERVATION_SPEC, NUM_ACTIONS, BATCH_SIZE, UNROLL_LENGTH, rng
     )

@@ -8,12 +8,11 @@ import numpy as np
 import pytest
 
 import host_tuning
-import launcher
-import local_cluster
-import summaries
+from frontend import launcher
 from learner import EXIT_STARVED
-from local_cluster import cluster_flags
 from tests.training_settings import CARTPOLE, CARTPOLE_ADAM
+from tools import local_cluster, summary_reader
+from tools.local_cluster import cluster_flags
 
 pytestmark = pytest.mark.slow
 
@@ -97,7 +96,7 @@ def train_two_learners_to_the_budget(start, spawn, flags, timeout):
 def test_two_learners_learn_cartpole_with_identical_weights(start, spawn, tmp_path):
     logdir = tmp_path / "logdir"
     # 8 unrolls per learner: each summed step sees 16, as the single-learner tests' steps do,
-    # with their Adam settings (RMSProp's policy sometimes stalled near 115 here: docs/testing.md).
+    # with their Adam settings (RMSProp's policy sometimes stalled: tests/training_settings.py).
     flags = [
         *CARTPOLE_ADAM,
         "--batch_size=8",
@@ -111,7 +110,7 @@ def test_two_learners_learn_cartpole_with_identical_weights(start, spawn, tmp_pa
     # say so too: the XLA and the plain step round differently).
     choices = dict(STEP_CHOICE.findall(log))
     assert sorted(choices) == ["0", "1"] and choices["0"] == choices["1"], log[-4000:]
-    returns = [r for _, r in summaries.episode_returns(logdir, "CartPole-v1")]
+    returns = [r for _, r in summary_reader.episode_returns(logdir, "CartPole-v1")]
     assert np.mean(returns[-20:]) > 150, returns[-40:]
 
 

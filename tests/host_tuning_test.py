@@ -16,7 +16,7 @@ import pytest
 
 import config
 import host_tuning
-import local_cluster
+from tools import local_cluster
 
 # Starts a thread (as hvd.init() starts Horovod's), makes {call}, starts another (as TF starts
 # its pools), prints what the call returned and {inspect} of each thread (0: the main one).

@@ -8,21 +8,22 @@ import sys
 import numpy as np
 import tensorflow as tf
 
-import local_cluster
+from tools import local_cluster
 
 LEVEL = "PongNoFrameskip-v4"
 
 
-def curves_only(output_dir):
-    """Runs `bench.learning --runs=pong --curves_only`; returns the finished process."""
+def curves_only(output_dir, runs="pong", *flags):
+    """Runs `bench.learning --runs=RUNS --curves_only [flags]`; returns the finished process."""
     return subprocess.run(
         [
             sys.executable,
             "-m",
             "bench.learning",
-            "--runs=pong",
+            f"--runs={runs}",
             "--curves_only",
             f"--output_dir={output_dir}",
+            *flags,
         ],
         cwd=local_cluster.REPO,
         capture_output=True,
@@ -31,18 +32,23 @@ def curves_only(output_dir):
     )
 
 
+def write_games(logdir, level, frames, returns):
+    """Summaries of games as the learner writes them: each game's return at its frames, and a
+    falling entropy fraction."""
+    writer = tf.summary.create_file_writer(str(logdir))
+    with writer.as_default():
+        for step, episode_return in zip(frames, returns, strict=True):
+            tf.summary.scalar(f"{level}/episode_return", episode_return, step=int(step))
+            tf.summary.scalar("policy/entropy_fraction", 1.0 - step / 1e7, step=int(step))
+    writer.close()
+
+
 def test_the_curve_of_a_stopped_run_is_written_as_far_as_it_got(tmp_path):
     # 200 games, a game every 4000 frames, returns rising by 0.5 a game from -21 to +21; the
     # entropy fraction falling. A run directory of another run, that must be left alone.
     returns = np.minimum(-21.0 + 0.5 * np.arange(200), 21.0)
     frames = 4000 * np.arange(1, 201)
-    logdir = tmp_path / "pong_abcd1234" / "logdir"
-    writer = tf.summary.create_file_writer(str(logdir))
-    with writer.as_default():
-        for step, episode_return in zip(frames, returns, strict=True):
-            tf.summary.scalar(f"{LEVEL}/episode_return", episode_return, step=int(step))
-            tf.summary.scalar("policy/entropy_fraction", 1.0 - step / 1e6, step=int(step))
-    writer.close()
+    write_games(tmp_path / "pong_abcd1234" / "logdir", LEVEL, frames, returns)
     (tmp_path / "pong_no_replay_abcd1234" / "logdir").mkdir(parents=True)
 
     finished = curves_only(tmp_path)
@@ -68,3 +74,27 @@ def test_without_a_run_directory_it_says_so(tmp_path):
 
     assert finished.returncode != 0
     assert f"--curves_only: no pong run directory in {tmp_path}" in finished.stderr
+
+
+def test_the_atari_suite_table_and_figure_of_its_runs(tmp_path):
+    """Two games of the suite, one past 5M frames, one stopped at 3M: the CSV has the issue's
+    header and a return at each budget the run reached (means of the last 100 games)."""
+    pong_frames = 40_000 * np.arange(1, 151)  # to 6M
+    write_games(tmp_path / "pong_abcd1234" / "logdir", LEVEL, pong_frames, np.arange(150.0))
+    breakout_frames = 30_000 * np.arange(1, 101)  # to 3M
+    breakout = tmp_path / "breakout_abcd1234" / "logdir"
+    write_games(breakout, "BreakoutNoFrameskip-v4", breakout_frames, np.full(100, 7.0))
+    results_csv, grid_png = tmp_path / "docs" / "atari_results.csv", tmp_path / "grid.png"
+
+    finished = curves_only(
+        tmp_path, "pong,breakout", f"--results_csv={results_csv}", f"--grid_png={grid_png}"
+    )
+
+    assert finished.returncode == 0, finished.stderr[-3000:]
+    # Pong by 2.5M: games 0..61, the mean of 0..61; by 5M: games 0..124, the mean of 25..124.
+    assert results_csv.read_text().splitlines() == [
+        "game,frames,return_2.5M,return_5M,return_10M",
+        f"Pong,6000000,{np.mean(np.arange(62)):.2f},{np.mean(np.arange(25, 125)):.2f},",
+        "Breakout,3000000,7.00,,",
+    ]
+    assert "Atari suite" in finished.stdout and grid_png.stat().st_size > 10_000

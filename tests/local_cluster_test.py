@@ -4,7 +4,7 @@ import socket
 
 import pytest
 
-import local_cluster
+from tools import local_cluster
 
 
 def test_free_ports_are_distinct_bindable_and_below_the_ephemeral_range():

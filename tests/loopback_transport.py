@@ -7,10 +7,11 @@ import numpy as np
 import tensorflow as tf
 
 import transport
-from local_cluster import free_ports
+import unrolls
+from tools.local_cluster import free_ports
 
 Element = collections.namedtuple("Element", "observation reward")
-UNROLL_SPEC = transport.UnrollSpec(
+UNROLL_SPEC = unrolls.UnrollSpec(
     Element(tf.TensorSpec([3, 2, 2], tf.uint8), tf.TensorSpec([3], tf.float32))
 )
 PARAMETER_SPECS = [((2, 3), tf.float32), ((4,), tf.float32)]

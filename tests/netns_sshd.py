@@ -28,7 +28,7 @@ import time
 import psutil
 import pytest
 
-import network_namespaces
+from tools import network_namespaces
 
 SSHD = "/usr/sbin/sshd"
 

@@ -12,7 +12,7 @@ def test_every_top_level_module_is_listed_in_pyproject():
     config = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]
     on_disk = {p.stem for p in REPO.glob("*.py")}
     assert set(config["py-modules"]) == on_disk
-    assert config["packages"] == ["agents", "tools"]
+    assert config["packages"] == ["agents", "frontend", "tools"]
 
 
 def test_self_check_passes_in_the_installed_environment():

@@ -11,8 +11,8 @@ from absl import logging as absl_logging
 
 import config
 import progress
-import summaries
 from bench import cluster
+from tools import summary_reader
 
 # The loss's parts and the policy's figures of one train step (train_step's outputs).
 OUTPUTS = {
@@ -81,11 +81,11 @@ def test_the_benchmarks_read_the_frames_of_the_line(logged):
 
 
 def test_what_the_line_leaves_out_is_in_tensorboard(logged, tmp_path):
-    tags = summaries.tags(tmp_path)
+    tags = summary_reader.tags(tmp_path)
     assert {
         *("loss/policy_gradient", "loss/baseline", "loss/entropy", "loss/gradient_norm"),
         *("policy/mean_abs_log_rho", "policy/clipped_rho_fraction", "learning_rate"),
         *("queue_size", "replay/unrolls", "replay/allocated_gib"),
     } <= tags, tags
-    assert summaries.scalars(tmp_path, "queue_size") == [(9_999_000_000, 7.0)]
-    assert summaries.scalars(tmp_path, "replay/unrolls") == [(9_999_000_000, 60.0)]
+    assert summary_reader.scalars(tmp_path, "queue_size") == [(9_999_000_000, 7.0)]
+    assert summary_reader.scalars(tmp_path, "replay/unrolls") == [(9_999_000_000, 60.0)]

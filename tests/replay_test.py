@@ -11,10 +11,11 @@ import tensorflow as tf
 
 import agents
 import config as config_lib
+import losses
 import replay
 import train_step
-import transport
 import unrolls
+from tools import random_unrolls
 
 # Upper 1e-6 quantiles of the chi-square distribution (computed with mpmath's regularized
 # incomplete gamma function): the statistic exceeds them with probability 1e-6.
@@ -25,14 +26,14 @@ T, NUM_ACTIONS, FRAME = 5, 6, ((84, 84, 4), np.uint8)
 def lstm_unroll_spec():
     """The real unroll layout of ResNetLSTMAgent on Atari frames (it has a core state)."""
     agent = agents.ResNetLSTMAgent(NUM_ACTIONS)
-    return agent, transport.UnrollSpec(unrolls.unroll_structure(agent, FRAME, NUM_ACTIONS, T))
+    return agent, unrolls.UnrollSpec(unrolls.unroll_structure(agent, FRAME, NUM_ACTIONS, T))
 
 
 def random_batch(agent, size, first_id, seed):
     """A batch-major random Unroll whose parameter_version numbers its unrolls from first_id;
     its LSTM state random too (not the all-zero initial state)."""
     rng = np.random.default_rng(seed)
-    batch = unrolls.random_unroll(agent, FRAME, NUM_ACTIONS, size, T, rng)
+    batch = random_unrolls.random_unroll(agent, FRAME, NUM_ACTIONS, size, T, rng)
     state = tf.nest.map_structure(
         lambda s: rng.normal(size=s.shape).astype(s.dtype), batch.agent_state
     )
@@ -76,7 +77,7 @@ def test_the_oldest_unrolls_are_overwritten_first():
 
 
 def small_spec():
-    return transport.UnrollSpec(
+    return unrolls.UnrollSpec(
         unrolls.Unroll(
             agent_state=(),
             env_outputs=tf.TensorSpec([3], tf.float32),
@@ -167,7 +168,7 @@ def test_start_size_and_memory_figures():
 def test_priorities_are_the_r2d2_mix_of_max_and_mean_value_errors():
     errors = np.array([[1.0, -4.0], [-3.0, 0.0]], np.float32)  # [T=2, B=2]
     np.testing.assert_allclose(
-        replay.unroll_priorities(errors), [0.9 * 3 + 0.1 * 2, 0.9 * 4 + 0.1 * 2], rtol=1e-6
+        losses.unroll_priorities(errors), [0.9 * 3 + 0.1 * 2, 0.9 * 4 + 0.1 * 2], rtol=1e-6
     )
 
 
@@ -175,7 +176,7 @@ def mlp_setup(seed=0):
     """MLPAgent on CartPole shapes, the default Config's train step, a random batch."""
     agent = agents.MLPAgent(2)
     rng = np.random.default_rng(seed)
-    batch = unrolls.random_unroll(agent, ((4,), np.float32), 2, 8, T, rng)
+    batch = random_unrolls.random_unroll(agent, ((4,), np.float32), 2, 8, T, rng)
     inputs = unrolls.to_time_major(batch)
     agent.unroll(inputs.agent_outputs.action, inputs.env_outputs, inputs.agent_state)
     return agent, batch
@@ -263,7 +264,7 @@ def test_vtrace_uses_the_stored_behaviour_logits_of_a_replayed_unroll():
 def test_priorities_change_after_a_learner_step():
     """The learner's cycle with prioritized replay: sample, train, update the priorities."""
     agent, batch = mlp_setup()
-    spec = transport.UnrollSpec(
+    spec = unrolls.UnrollSpec(
         tf.nest.map_structure(lambda x: tf.TensorSpec(x.shape[1:], x.dtype), batch)
     )
     memory = replay.UnrollReplay(spec, capacity=16, prioritized=True)
@@ -272,7 +273,7 @@ def test_priorities_change_after_a_learner_step():
     optimizer = train_step.make_optimizer(config, tf.Variable(config.learning_rate))
 
     step = tf.function(
-        train_step.make_train_step(agent, optimizer, config, train_step.SingleProcess, xla=False)
+        train_step.make_update(agent, optimizer, config, train_step.SingleProcess, xla=False)
     )
     flat, indexes, weights = memory.sample(8, beta=1.0)
     np.testing.assert_array_equal(weights, 1)  # all entered with the same (max) priority

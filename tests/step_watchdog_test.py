@@ -5,8 +5,8 @@ import subprocess
 import sys
 import textwrap
 
-import local_cluster
 from learner import EXIT_STUCK
+from tools import local_cluster
 
 
 def run_python(code):

@@ -12,6 +12,7 @@ import agents
 import config as config_lib
 import train_step
 import unrolls
+from tools import random_unrolls
 
 
 def linear_and_gradients():
@@ -91,7 +92,9 @@ def test_minibatches_take_one_step_each_and_give_priorities_in_batch_order(
     learning rate 0 the priorities do not depend on the split, so they equal those of one step
     on the batch)."""
     agent = agents.MLPAgent(2)
-    batch = unrolls.random_unroll(agent, ((4,), np.float32), 2, 5, 6, np.random.default_rng(0))
+    batch = random_unrolls.random_unroll(
+        agent, ((4,), np.float32), 2, 5, 6, np.random.default_rng(0)
+    )
     inputs = unrolls.to_time_major(batch)
     agent.unroll(inputs.agent_outputs.action, inputs.env_outputs, inputs.agent_state)  # builds it
     config = config_lib.Config()
@@ -143,7 +146,7 @@ def test_the_xla_step_updates_as_the_plain_step(agent_name):
     ResNetLSTMAgent, 4 initialisations each) against 0.028 with the default."""
     agent = agents.agent_factory(agent_name)(3)
     spec = ((4,), np.float32) if agent_name == "MLPAgent" else ((84, 84, 4), np.uint8)
-    batch = unrolls.random_unroll(agent, spec, 3, 4, 5, np.random.default_rng(0))
+    batch = random_unrolls.random_unroll(agent, spec, 3, 4, 5, np.random.default_rng(0))
     inputs = unrolls.to_time_major(batch)
     agent.unroll(inputs.agent_outputs.action, inputs.env_outputs, inputs.agent_state)  # builds it
     initial = [v.numpy() for v in agent.trainable_variables]

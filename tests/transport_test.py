@@ -8,8 +8,8 @@ import pytest
 import tensorflow as tf
 
 import transport
-from local_cluster import free_ports
 from tests.loopback_transport import UNROLL_SPEC, start_learner_and_actor, unrolls
+from tools.local_cluster import free_ports
 
 
 @pytest.fixture(scope="module")

@@ -8,7 +8,7 @@ import socket
 
 import pytest
 
-import workers_csv
+from frontend import workers_csv
 
 HEADER = "job,ip,tf_port,cuda_visible_devices,ssh_port,ssh_username,ssh_password"
 THIS_HOST = frozenset({"localhost", "myhost", "10.1.2.3"})  # As local_addresses() would say.

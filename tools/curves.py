@@ -2,7 +2,8 @@
 
   .venv/bin/python -m tools.curves LOGDIR [LOGDIR...] --output=PNG
 
-Read from the summaries in each LOGDIR (summaries.py), one colour per run, the legend naming it:
+Read from the summaries in each LOGDIR (tools/summary_reader.py), one colour per run, the legend
+naming it:
   - training return: each game of rank 0's actors (`<level>/episode_return`) a dot, the
     mean of its last 100 games a line;
   - evaluation return: `eval/return_mean` of the evaluator's own run, LOGDIR/eval (a run
@@ -19,8 +20,8 @@ import numpy as np
 import tensorflow as tf
 from absl import app, flags
 
-import summaries
 from evaluation import EVAL_SUBDIR
+from tools import summary_reader
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402 - after choosing the file-only backend.
@@ -59,7 +60,7 @@ def read_run(logdir, name, level_name=None):
     if not tf.io.gfile.isdir(logdir):
         raise CurvesError(f"{logdir}: not a directory")
     level_name = level_name or _level_of(logdir)
-    games = np.array(summaries.episode_returns(logdir, level_name), np.float64)
+    games = np.array(summary_reader.episode_returns(logdir, level_name), np.float64)
     if not len(games):
         raise CurvesError(f"{logdir}: no {level_name}{_EPISODE_RETURN} summaries")
     return RunCurves(
@@ -74,7 +75,7 @@ def _level_of(logdir):
     """The one level whose game returns `logdir`'s learner logged."""
     levels = sorted(
         tag.removesuffix(_EPISODE_RETURN)
-        for tag in summaries.tags(logdir)
+        for tag in summary_reader.tags(logdir)
         if tag.endswith(_EPISODE_RETURN)
     )
     if not levels:
@@ -89,7 +90,7 @@ def _level_of(logdir):
 
 def _points(logdir, tag):
     """float64 [N, 2]: (frames, value) of every `tag` summary in `logdir`."""
-    return np.array(summaries.scalars(logdir, tag), np.float64).reshape(-1, 2)
+    return np.array(summary_reader.scalars(logdir, tag), np.float64).reshape(-1, 2)
 
 
 def running_mean(values, window=WINDOW):
@@ -150,6 +151,32 @@ def draw(runs, path, title=None, target=None):
         axes.grid(alpha=0.3)
     if title:
         figure.suptitle(title)
+    figure.tight_layout()
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    figure.savefig(path, dpi=DPI)
+    plt.close(figure)
+
+
+def draw_grid(runs, path, bars, bar_label):
+    """Writes the PNG `path`: one panel per RunCurves of `runs` (its training games as dots and
+    the mean of the last WINDOW as a line, against frames), a dashed line at `bars[run.name]`
+    labelled `bar_label`, when the run has one."""
+    columns = min(3, len(runs))
+    rows = -(-len(runs) // columns)
+    figure, axes_grid = plt.subplots(
+        rows, columns, figsize=(4 * columns, 3.2 * rows), squeeze=False
+    )
+    for axes, run in zip(axes_grid.flat, runs, strict=False):
+        frames, game_returns, means = run.returns.T
+        axes.plot(frames, game_returns, ".", color="C0", alpha=0.2, markersize=2)
+        axes.plot(frames, means, "-", color="C0", label=f"mean of last {WINDOW}")
+        if run.name in bars:
+            axes.axhline(bars[run.name], color="gray", linestyle="--", label=bar_label)
+        axes.set(title=run.name, xlabel="environment frames", ylabel="training return")
+        axes.grid(alpha=0.3)
+        axes.legend(loc="lower right", fontsize="small")
+    for axes in list(axes_grid.flat)[len(runs) :]:
+        axes.set_visible(False)
     figure.tight_layout()
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     figure.savefig(path, dpi=DPI)

@@ -22,9 +22,9 @@ import time
 
 import psutil
 
-import launcher
+from frontend import launcher
 
-REPO = pathlib.Path(__file__).resolve().parent
+REPO = pathlib.Path(__file__).resolve().parent.parent
 EXPERIMENT = str(REPO / "experiment.py")
 
 

@@ -37,8 +37,7 @@ import re
 import signal
 import time
 
-import launcher
-import run_state
+from frontend import launcher, run_state
 
 MAX_BACKOFF_SECS = 60.0
 LOG_TAIL_LINES = 15
@@ -124,7 +123,7 @@ class _Watched:
     pid: int | None = None  # A remote actor's or evaluator's PID.
     status: object = None  # None while running, else an exit status or a description.
     done: bool = False  # Exited 0: not watched any more.
-    restart_at: float | None = None  # A restart is due then (monotonic time).
+    restart_at: float | None = None  # A restart is due then (on the supervisor's clock).
     restarts: collections.deque = dataclasses.field(default_factory=collections.deque)
     total_restarts: int = 0
     ssh_failing: bool = False
@@ -152,6 +151,7 @@ class Supervisor:
       on_poll: called once per poll, after the statuses were read (e.g. to print the
         learners' new log lines, so that their last lines come before the outcome).
       poll_secs: seconds between polls.
+      clock, sleep: time.monotonic and time.sleep, or a test's fakes.
     """
 
     def __init__(
@@ -173,6 +173,8 @@ class Supervisor:
         signals,
         on_poll=lambda: None,
         poll_secs=1.0,
+        clock=time.monotonic,
+        sleep=time.sleep,
     ):
         self._clients = [
             _Watched(c, c.worker.where, pid=remote_pids.get(c.name) if c.is_remote else None)
@@ -189,13 +191,14 @@ class Supervisor:
         self._connections = connections
         self._policy = policy
         self._final_evaluation_secs = final_evaluation_secs
-        self._learners_finished_at = None  # monotonic time
+        self._learners_finished_at = None  # On the supervisor's clock.
         self._final_evaluators = []  # _Watched evaluators still playing when the learners ended
         self._console = console
         self._ssh_timeout = ssh_timeout
         self._signals = signals
         self._on_poll = on_poll
         self._poll_secs = poll_secs
+        self._clock, self._sleep = clock, sleep
         self._unreachable = set()
         # Where the current mpirun's part of its log (appended to by every restart) starts.
         self._learners_log_position = _size(mpirun.log_path)
@@ -218,7 +221,7 @@ class Supervisor:
             if self._learners.restart_at is None and self._learners.status == 0:
                 if self._final_evaluations_over():
                     return Result(Outcome.FINISHED)
-                self._sleep(self._poll_secs)
+                self._wait(self._poll_secs)
                 continue
             for worker in watched:
                 if worker.done or worker.restart_at is not None or worker.status is None:
@@ -231,17 +234,17 @@ class Supervisor:
                 if result is not None:
                     return result
             for worker in watched:
-                if worker.restart_at is not None and time.monotonic() >= worker.restart_at:
+                if worker.restart_at is not None and self._clock() >= worker.restart_at:
                     result = self._restart(worker)
                     if result is not None:
                         return result
-            self._sleep(self._poll_secs)
+            self._wait(self._poll_secs)
 
     def _final_evaluations_over(self):
         """Whether, the learners having finished, every evaluator that was still playing the
         final parameters has ended (each says how), or the wait for them is over."""
         if self._learners_finished_at is None:
-            self._learners_finished_at = time.monotonic()
+            self._learners_finished_at = self._clock()
             self._final_evaluators = [
                 c
                 for c in self._clients
@@ -258,7 +261,7 @@ class Supervisor:
             self._say(f"{self._name(evaluator)} {describe_exit(evaluator.status)}.")
         if not self._final_evaluators:
             return True
-        if time.monotonic() - self._learners_finished_at < self._final_evaluation_secs:
+        if self._clock() - self._learners_finished_at < self._final_evaluation_secs:
             return False
         names = ", ".join(c.launch.name for c in self._final_evaluators)
         self._say(f"Stopped waiting for {names} after {self._final_evaluation_secs:g} s.")
@@ -319,7 +322,7 @@ class Supervisor:
 
     def _failed(self, worker, status):
         """Schedules the restart of a failed worker, or returns GAVE_UP if its budget is spent."""
-        now = time.monotonic()
+        now = self._clock()
         while worker.restarts and now - worker.restarts[0] > self._policy.window_secs:
             worker.restarts.popleft()
         cause = describe_exit(status) + self._learners_cause(worker)
@@ -411,10 +414,11 @@ class Supervisor:
     def _say(self, text):
         self._console.say(f"[supervisor {time.strftime('%H:%M:%S')}] {text}")
 
-    def _sleep(self, secs):
-        deadline = time.monotonic() + secs
-        while self._signals.received is None and time.monotonic() < deadline:
-            time.sleep(min(0.1, max(0.0, deadline - time.monotonic())))
+    def _wait(self, secs):
+        """Sleeps `secs` seconds, or less if a signal comes."""
+        deadline = self._clock() + secs
+        while self._signals.received is None and self._clock() < deadline:
+            self._sleep(min(0.1, max(0.0, deadline - self._clock())))
 
 
 def _size(path):

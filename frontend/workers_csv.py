@@ -28,7 +28,7 @@ import stat
 
 import psutil
 
-import console
+from frontend import console
 
 JOBS = ("learner", "actor", "evaluator")
 COLUMNS = (

@@ -400,7 +400,7 @@ def describe_error(error):
     if isinstance(error, paramiko.AuthenticationException):
         return f"authentication failed ({error})"
     if isinstance(error, TimeoutError):
-        return f"timed out: {error or 'no answer'}"
+        return f"timed out: {str(error) or 'no answer'}"
     if isinstance(
         error, ConnectionError | socket.gaierror | paramiko.ssh_exception.NoValidConnectionsError
     ):

@@ -1,8 +1,9 @@
-"""summaries.episode_returns reads back exactly the episode returns a writer logged."""
+"""summary_reader.episode_returns reads back exactly the episode returns a writer logged."""
 
 import tensorflow as tf
 
-import summaries
+import progress
+from tools import summary_reader
 
 
 def test_episode_returns_of_the_level_from_every_file_in_frame_order(tmp_path):
@@ -21,14 +22,14 @@ def test_episode_returns_of_the_level_from_every_file_in_frame_order(tmp_path):
                 tf.summary.scalar("frames_per_second", 1000.0, step=step)
         writer.close()
 
-    assert summaries.episode_returns(tmp_path, "Pong") == [
+    assert summary_reader.episode_returns(tmp_path, "Pong") == [
         (100, -2.5),
         (200, 3.0),
         (300, 1.0),
         (400, 7.0),
         (400, 8.0),
     ]
-    assert summaries.episode_returns(tmp_path, "Seaquest") == []
+    assert summary_reader.episode_returns(tmp_path, "Seaquest") == []
 
 
 def test_a_restarted_learner_replaces_what_its_earlier_run_wrote_past_the_checkpoint(tmp_path):
@@ -40,14 +41,14 @@ def test_a_restarted_learner_replaces_what_its_earlier_run_wrote_past_the_checkp
     ):
         writer = tf.summary.create_file_writer(str(tmp_path), filename_suffix=f".{start}")
         with writer.as_default():
-            tf.summary.scalar(summaries.START_TAG, start, step=start)
+            tf.summary.scalar(progress.START_TAG, start, step=start)
             for step, episode_return in games:
                 tf.summary.scalar("Pong/episode_return", episode_return, step=step)
         writer.close()
 
-    assert summaries.episode_returns(tmp_path, "Pong") == [
+    assert summary_reader.episode_returns(tmp_path, "Pong") == [
         (100, -21.0),
         (350, -17.0),
         (450, -16.0),
     ]
-    assert summaries.scalars(tmp_path, summaries.START_TAG) == [(0, 0.0), (300, 300.0)]
+    assert summary_reader.scalars(tmp_path, progress.START_TAG) == [(0, 0.0), (300, 300.0)]

@@ -5,9 +5,6 @@ tools/curves.py draws a run's curves from it (for bench/learning.py too); the te
 
 import tensorflow as tf
 
-# Written by the learner (rank 0) when it starts, at step = the frame count it starts from.
-START_TAG = "learner/start_frames"
-
 
 def _read_events_file(path, tag):
     """(wall time of the file's first summary, smallest step of any summary in it, the (step,
@@ -29,9 +26,9 @@ def scalars(logdir, tag):
     """Every value of the scalar summary `tag` in `logdir`: list of (step, value), by step.
 
     A learner restarted from a checkpoint trains again the frames after it, writing to a new
-    events file whose first step is the frame count it restored (START_TAG): what the earlier
-    files hold from that step on is orphaned (those frames were trained again) and is dropped,
-    as TensorBoard drops it.
+    events file whose first step is the frame count it restored (progress.START_TAG): what the
+    earlier files hold from that step on is orphaned (those frames were trained again) and is
+    dropped, as TensorBoard drops it.
     """
     paths = tf.io.gfile.glob(f"{logdir}/events.out.tfevents.*")
     files = sorted(

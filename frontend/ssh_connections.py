@@ -1,6 +1,6 @@
 """The frontend's SSH connections: one paramiko client per (host, ssh port, user), reused."""
 
-import launcher
+from frontend import launcher
 
 
 class Connections:

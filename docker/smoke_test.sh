@@ -52,7 +52,7 @@ cat "$WORK_DIR/sums"
 # 10 learner steps: batches of 4 unrolls of 20 CartPole steps (action repeat 1) = 80 frames.
 say "3/4 CartPole: 1 learner + 1 actor, 800 environment frames"
 read -r LEARNER_PORT ACTOR_PORT < <(
-  python -c 'from local_cluster import free_ports; print(*free_ports(2))'
+  python -c 'from tools.local_cluster import free_ports; print(*free_ports(2))'
 )
 FLAGS=(
   --learner_host="127.0.0.1:$LEARNER_PORT" --actor_hosts="127.0.0.1:$ACTOR_PORT"

@@ -1,9 +1,15 @@
 """The frontend: from a workers CSV to a supervised run (run_experiment_mm_raw.py is its entry).
 
+options          the frontend's settings, read once from its flags
+run              its two commands: start a run (check, plan, start, follow) or --stop it
 workers_csv      reads and checks the workers CSV, groups actors under learners
 launcher         the launch plan: one command per worker, tmux windows, SSH, one mpirun
+plan_report      the plan and the workers that failed to start, as a person reads them
+startup          starts a planned run and checks that its workers still run
 ssh_connections  the SSH connections to remote hosts, opened once per host
+following        --follow: the learners' log printed while the run is supervised
 supervisor       watches the workers and restarts the ones that exit early
+stopping         stops what a run's state file records
 run_state        what a run started, on disk, so that --stop and --resume find it
 console          what the frontend prints for a person
 """

@@ -1,5 +1,5 @@
 """The frontend's console: what it prints, with every secret (an SSH password) masked, and the
-learners' log lines it follows with short prefixes."""
+learners' log lines it follows with short prefixes, TensorFlow's start-up chatter left out."""
 
 import contextlib
 import re
@@ -37,6 +37,31 @@ def short_learner_line(line):
         return line
     severity = "" if found["severity"] == "I" else f" {found['severity']}"
     return f"[learner {found['rank']} {found['time']}{severity}] {line[found.end() :]}"
+
+
+# What TensorFlow's C++ side prints as each learner rank starts: nothing a person following the
+# run acts on. One regex each, for what follows mpirun's tag and the C++ log header (`I0000
+# 00:00:1795779133.303895    6853 `); the lines stay in mpirun.log. The DT_INT32 line's meaning
+# and cost: docs/performance.md.
+TF_STARTUP_LINES = (
+    r"WARNING: All log messages before absl::InitializeLog\(\) is called are written to STDERR",
+    r"port\.cc:\d+\] oneDNN custom operations are on\.",
+    r"cpu_feature_guard\.cc:\d+\] This TensorFlow binary is optimized to use available CPU",
+    r"To enable the following instructions: .* rebuild TensorFlow with the appropriate compiler",
+    r"util\.cc:\d+\] oneDNN supports DT_\w+ only on platforms with AVX-512\.",
+    r"mlir_graph_optimization_pass\.cc:\d+\] MLIR V1 optimization pass is not enabled",
+)
+_TF_STARTUP_LINE = re.compile(
+    r"(?:\[\d+,\d+\]<std(?:out|err)>:)?"  # mpirun's tag
+    r"(?:[IWEF]\d{4} \d\d:\d\d:[\d.]+ +\d+ )?"  # the C++ log header
+    r"(?:" + "|".join(TF_STARTUP_LINES) + ")"
+)
+
+
+def is_tf_startup_line(line):
+    """Whether `line` of the learners' mpirun log is one of TF_STARTUP_LINES, with or without
+    mpirun's `[1,0]<stderr>:` tag."""
+    return _TF_STARTUP_LINE.match(line) is not None
 
 
 def mask_pattern(secrets):

@@ -5,7 +5,7 @@ import os
 import signal
 
 from frontend import launcher, run_state, stopping, supervisor
-from frontend.console import short_learner_line
+from frontend.console import is_tf_startup_line, short_learner_line
 
 
 def follow(plan, clients, state, workers, signals, console, options):
@@ -78,7 +78,8 @@ def _end(result, workers, console, options):
 
 class LogPrinter:
     """Prints what was added to the learners' log since the last call (from its start, at
-    first), each absl line's prefixes shortened (console.short_learner_line)."""
+    first), each absl line's prefixes shortened (console.short_learner_line), TensorFlow's
+    start-up lines left out (console.is_tf_startup_line): they stay in the log."""
 
     def __init__(self, path, console):
         self._path = path
@@ -92,6 +93,6 @@ class LogPrinter:
             log.seek(self._position)
             text = log.read()
             self._position = log.tell()
-        if text:
-            lines = text.rstrip("\n").split("\n")
+        lines = [line for line in text.rstrip("\n").split("\n") if not is_tf_startup_line(line)]
+        if text and lines:
             self._console.say("\n".join(map(short_learner_line, lines)))

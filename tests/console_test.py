@@ -1,6 +1,6 @@
 """console: a secret is masked where it stands whole, and nowhere else."""
 
-from frontend import console
+from frontend import console, following
 
 
 def test_a_secret_is_masked_where_it_stands_whole_not_inside_other_words():
@@ -48,3 +48,41 @@ def test_other_lines_of_the_learners_log_are_left_as_they_are():
         "",
     ):
         assert console.short_learner_line(line) == line
+
+
+# TensorFlow's start-up lines from two learner ranks, as mpirun.log has them (captured with TF
+# 2.21 on an AVX-512 Xeon: mpirun --tag-output, a session running int32 ops).
+TF_STARTUP = """\
+[1,0]<stderr>:WARNING: All log messages before absl::InitializeLog() is called are written to STDERR
+[1,0]<stderr>:I0000 00:00:1795779133.303895    6853 port.cc:153] oneDNN custom operations are on. You may see slightly different numerical results due to floating-point round-off errors from different computation orders. To turn them off, set the environment variable `TF_ENABLE_ONEDNN_OPTS=0`.
+[1,1]<stderr>:I0000 00:00:1795779133.340283    6854 cpu_feature_guard.cc:227] This TensorFlow binary is optimized to use available CPU instructions in performance-critical operations.
+[1,1]<stderr>:To enable the following instructions: AVX2 AVX512F AVX512_VNNI AVX512_BF16 FMA, in other operations, rebuild TensorFlow with the appropriate compiler flags.
+[1,0]<stderr>:I0000 00:00:1795779135.743417    6853 mlir_graph_optimization_pass.cc:437] MLIR V1 optimization pass is not enabled
+[1,1]<stderr>:E0000 00:00:1795779135.753550    6854 util.cc:131] oneDNN supports DT_INT32 only on platforms with AVX-512. Falling back to the default Eigen-based implementation if present.
+"""  # noqa: E501
+KEPT = """\
+[1,0]<stderr>:I1126 21:57:50.604185 140327704569792 progress.py:124] frames 706048 (14.1%)
+[1,1]<stderr>:E0000 00:00:1795779135.753550    6854 grpc_server.cc:9] Could not start gRPC server
+[1,0]<stderr>:W1126 21:57:51.000001 1403 learner.py:7] [learner rank 0/2] slow: port.cc:1] oneDNN
+[1,0]<stdout>:A.L.E: Arcade Learning Environment (version 0.12.1+8a8fafb)
+Traceback (most recent call last):
+"""
+
+
+def test_tf_startup_lines_are_told_from_every_other_line_of_the_learners_log():
+    assert all(map(console.is_tf_startup_line, TF_STARTUP.splitlines()))
+    assert not any(map(console.is_tf_startup_line, KEPT.splitlines()))
+
+
+def test_the_followed_log_leaves_out_tf_startup_lines_which_stay_in_the_log(tmp_path, capsys):
+    log = tmp_path / "mpirun.log"
+    printer = following.LogPrinter(str(log), console.Console())
+    log.write_text(TF_STARTUP)
+    printer()
+    assert capsys.readouterr().out == ""
+    with log.open("a") as f:
+        f.write(TF_STARTUP + KEPT)
+    printer()
+    out = capsys.readouterr().out
+    assert out.splitlines() == [console.short_learner_line(line) for line in KEPT.splitlines()]
+    assert log.read_text() == TF_STARTUP + TF_STARTUP + KEPT

@@ -11,16 +11,16 @@ from frontend.console import is_tf_startup_line, short_learner_line
 def follow(plan, clients, state, workers, signals, console, options):
     """Prints the learners' log and supervises the run until it ends.
 
-    Returns the frontend's exit code: 0 when training finished (or on Ctrl-C: the run goes on,
-    unsupervised); 1 when a worker spent its restart budget or the run was stopped elsewhere;
-    128 + N when signal N (SIGTERM, SIGHUP) stopped the run.
+    Returns the frontend's exit code: 0 when training finished or --stop stopped the run (or on
+    Ctrl-C: the run goes on, unsupervised); 1 when a worker spent its restart budget or something
+    other than --stop ended the run; 128 + N when signal N (SIGTERM, SIGHUP) stopped the run.
     """
     if signals.received is None:
         result = _supervise(plan, clients, state, signals, console, options)
     else:  # A signal came while the run was starting.
         name = signal.Signals(signals.received).name
         result = supervisor.Result(supervisor.Outcome.TERMINATED, name, signals.received)
-    return _end(result, workers, console, options)
+    return finish(result, workers, console, options)
 
 
 def _supervise(plan, clients, state, signals, console, options):
@@ -50,14 +50,18 @@ def _supervise(plan, clients, state, signals, console, options):
         ).run()
 
 
-def _end(result, workers, console, options):
-    """Says how supervision ended, stops what is left of the run if need be; the exit code."""
+def finish(result, workers, console, options):
+    """Says how supervision ended (the supervisor's Result), stops what is left of the run if
+    need be; returns the exit code. A --stop is what the user asked for: a normal end."""
     outcome = result.outcome
     if outcome is supervisor.Outcome.INTERRUPTED:
         console.say("Stopped following; the run goes on, unsupervised (stop it with --stop).")
         return 0
+    if outcome is supervisor.Outcome.STOPPED:
+        console.say("The run was stopped with --stop: nothing left to follow.")
+        return 0
     if outcome is supervisor.Outcome.STOPPED_ELSEWHERE:
-        console.warn(f"The run was stopped from elsewhere: {result.message}. Not supervising it.")
+        console.warn(f"The run was ended from elsewhere: {result.message}. Not supervising it.")
         if run_state.exists(options.launch_dir):
             console.warn("Stop what may be left of it with --stop.")
         return 1

@@ -21,12 +21,16 @@ whole run down and exits non-zero.
 The other ways supervision ends:
   - FINISHED: mpirun exited 0 (the frame budget was reached). Actors and evaluators that exit 0
     (they do when their learner finishes) are never restarted;
-  - STOPPED_ELSEWHERE: the run-state file is gone or records another run, or the tmux session is
-    gone: someone stopped the run (--stop from another terminal); nothing is restarted;
+  - STOPPED: the run-state file is gone or records another run: --stop (from another terminal)
+    stopped the run, which only it does; nothing is restarted;
+  - STOPPED_ELSEWHERE: the tmux session is gone but the run is still recorded: something other
+    than --stop ended the run, or part of it; nothing is restarted;
   - INTERRUPTED (SIGINT, Ctrl-C) or TERMINATED (SIGTERM, SIGHUP): a signal `Signals` recorded.
 
 Restarts happen under the run-state lock (run_state.locked) after checking the run is still
-recorded, so a concurrent --stop either sees the restarted worker or prevents its restart.
+recorded, so a concurrent --stop either sees the restarted worker or prevents its restart. A run
+seen gone is looked at again under the lock, so a --stop half-way (its tmux session killed, its
+state file not yet removed) is seen whole, as STOPPED.
 """
 
 import collections
@@ -60,6 +64,7 @@ class RestartPolicy:
 class Outcome(enum.Enum):
     FINISHED = "finished"
     GAVE_UP = "gave up"
+    STOPPED = "stopped"
     STOPPED_ELSEWHERE = "stopped elsewhere"
     INTERRUPTED = "interrupted"
     TERMINATED = "terminated"
@@ -212,7 +217,7 @@ class Supervisor:
             gone = self._run_gone()
             if gone:
                 self._on_poll()
-                return Result(Outcome.STOPPED_ELSEWHERE, gone)
+                return gone
             self._unreachable = set()  # Logins whose SSH failed in this poll: not tried again.
             for worker in watched:
                 if not worker.done and worker.restart_at is None:
@@ -305,17 +310,24 @@ class Supervisor:
         return status
 
     def _run_gone(self):
-        """Why the run is not ours to supervise any more, or None."""
+        """The Result (STOPPED or STOPPED_ELSEWHERE) if the run is not ours to supervise any more,
+        else None; looked at again under the run's lock, which a --stop holds throughout."""
+        if self._run_gone_locked() is None:
+            return None
+        with run_state.locked(self._launch_dir):
+            return self._run_gone_locked()
+
+    def _run_gone_locked(self):
+        """_run_gone's answer, for a caller that holds the run's lock."""
+        path = run_state.path(self._launch_dir)
         try:
             state = run_state.read(self._launch_dir)
         except FileNotFoundError:
-            return (
-                f"{run_state.path(self._launch_dir)} is gone (the run was stopped, e.g. by --stop)"
-            )
+            return Result(Outcome.STOPPED, f"{path} is gone (the run was stopped, e.g. by --stop)")
         if state.get("run_id") != self._run_id:
-            return f"{run_state.path(self._launch_dir)} records another run now"
+            return Result(Outcome.STOPPED, f"{path} records another run now")
         if not self._server.has_session(self._session):
-            return f"tmux session {self._session!r} is gone"
+            return Result(Outcome.STOPPED_ELSEWHERE, f"tmux session {self._session!r} is gone")
         return None
 
     # Failures and restarts.
@@ -342,9 +354,9 @@ class Supervisor:
     def _restart(self, worker):
         launch = worker.launch
         with run_state.locked(self._launch_dir):
-            gone = self._run_gone()
+            gone = self._run_gone_locked()
             if gone:
-                return Result(Outcome.STOPPED_ELSEWHERE, gone)
+                return gone
             try:
                 if launch.is_remote:
                     client = self._connections.get(launch.worker)

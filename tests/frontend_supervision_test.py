@@ -85,15 +85,16 @@ def test_follow_does_not_fight_stop_and_ctrl_c_leaves_the_run_going(
 ):
     path, _ = frontend_runs.local_csv(tmp_path)
     flags = [f"--workers_csv_path={path}", *frontend_runs.fake_run_flags(tmp_path, 120_000)]
-    # --stop from another terminal: the follower stops supervising, restarts nothing.
+    # --stop from another terminal: a normal end; the follower says so, restarts nothing.
     logdir = tmp_path / "logdir"
     following = follows(logdir, *flags)
     following.wait_for("^Following ", 60)
     run_id = following.run_id()
     code, out, err = frontend_runs.frontend(f"--logdir={logdir}", "--stop")
     assert code == 0, out + err
-    assert following.wait(60) == 1
-    assert "The run was stopped from elsewhere: " in following.err()
+    assert following.wait(60) == 0
+    assert "The run was stopped with --stop: nothing left to follow." in following.out()
+    assert following.err() == ""
     assert frontend_runs.restart_lines(following.out()) == []
     frontend_runs.check_stopped(logdir, run_id, tmux_socket)
 

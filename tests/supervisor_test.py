@@ -2,6 +2,7 @@
 ends, on a fake clock with fake workers (tests/frontend_fakes.py): no process is started and no
 real time passes."""
 
+import contextlib
 import heapq
 import itertools
 import os
@@ -486,26 +487,27 @@ def test_signals_records_the_first_signal_instead_of_dying_and_restores_the_hand
 @pytest.mark.parametrize("how", ["stop", "another run", "tmux session killed"])
 def test_a_run_stopped_elsewhere_ends_supervision_saying_how(run, how):
     state = run_state.path(run.launch_dir)
-    stop, message = {
+    stop, outcome, message = {
         "stop": (
             lambda: run_state.remove(run.launch_dir),
+            Outcome.STOPPED,
             f"{state} is gone (the run was stopped, e.g. by --stop)",
         ),
         "another run": (
             lambda: run_state.write(run.launch_dir, {"run_id": "other", "remote": []}),
+            Outcome.STOPPED,
             f"{state} records another run now",
         ),
         "tmux session killed": (
             lambda: run.tmux.kill_session(SESSION),
+            Outcome.STOPPED_ELSEWHERE,
             f"tmux session {SESSION!r} is gone",
         ),
     }[how]
     run.clock.at(3.5, stop)
     polls = []
 
-    assert run.supervise(on_poll=lambda: polls.append(run.clock.t)) == Result(
-        Outcome.STOPPED_ELSEWHERE, message
-    )
+    assert run.supervise(on_poll=lambda: polls.append(run.clock.t)) == Result(outcome, message)
     assert polls == [0, 1, 2, 3, 4]  # The last poll too: the learners' last lines printed.
 
 
@@ -519,8 +521,29 @@ def test_a_stop_between_a_failure_and_its_restart_prevents_the_restart(run):
     result = run.supervise(on_poll=stop_at_the_restart)
     state = run_state.path(run.launch_dir)
     message = f"{state} is gone (the run was stopped, e.g. by --stop)"
-    assert result == Result(Outcome.STOPPED_ELSEWHERE, message)
+    assert result == Result(Outcome.STOPPED, message)
     assert run.clock.t == 6 and run.restarts() == []
+
+
+def test_a_stop_seen_half_way_is_waited_for_and_ends_supervision_as_a_stop(run, monkeypatch):
+    """--stop kills the tmux session, then removes the state file, holding the run's lock: a
+    supervisor that sees the session gone in between waits for the lock, then sees the stop."""
+    unlocked = run_state.locked
+
+    @contextlib.contextmanager
+    def locked(directory):  # The stop, half-way, ends while the supervisor waits for the lock.
+        if not run.tmux.has_session(SESSION) and run_state.exists(directory):
+            run_state.remove(directory)
+        with unlocked(directory):
+            yield
+
+    monkeypatch.setattr(run_state, "locked", locked)
+    run.clock.at(3.5, lambda: run.tmux.kill_session(SESSION))
+
+    state = run_state.path(run.launch_dir)
+    message = f"{state} is gone (the run was stopped, e.g. by --stop)"
+    assert run.supervise() == Result(Outcome.STOPPED, message)
+    assert run.restarts() == []
 
 
 # Remote workers.

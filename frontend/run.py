@@ -12,6 +12,7 @@ import traceback
 import uuid
 
 import config as config_lib
+import environments
 from frontend import (
     following,
     launcher,
@@ -67,8 +68,9 @@ def stop_main(console, options):
 def launch_main(console, options):
     """Checks the input, prints the plan and (unless --dry_run) starts the run; with --follow,
     supervises it to its end. Returns the exit code."""
-    try:  # refused before anything is planned: the launch dir and local learners write there
+    try:  # refused before anything is planned (the launch dir and local learners write there)
         config_lib.check_logdir(options.logdir)
+        _check_level(options.level_name)
     except config_lib.ConfigError as e:
         console.warn(e)
         return 2
@@ -105,6 +107,16 @@ def launch_main(console, options):
     failed = {launch.name for launch, _ in failures}
     supervised = [launch for launch in plan.clients if launch.name not in failed]
     return following.follow(plan, supervised, state, workers, signals, console, options)
+
+
+def _check_level(level_name):
+    """Raises ConfigError naming --level_name unless an environment of that name can be made
+    here, as every worker would refuse it (environments.observation_shape: no emulator started,
+    a non-Atari one made and closed at once)."""
+    try:
+        environments.observation_shape(level_name)
+    except environments.UnknownEnvironmentError as e:
+        raise config_lib.ConfigError(f"--level_name: {e}") from None
 
 
 def _register_passwords(workers, csv_path, console):

@@ -171,6 +171,20 @@ def test_invalid_csv_is_reported_and_starts_nothing(tmp_path, tmux_socket, rows,
     assert not (tmp_path / "launch").exists()
 
 
+def test_a_level_that_cannot_be_made_here_is_refused_naming_the_flag(tmp_path):
+    path, _ = local_csv(tmp_path)
+    for dry_run_flag in ("--dry_run", "--nodry_run"):
+        code, out, err = frontend(
+            f"--workers_csv_path={path}",
+            f"--logdir={tmp_path}",
+            "--level_name=NoSuchGame-v9",
+            dry_run_flag,
+        )
+        assert (code, out) == (2, ""), out + err  # Not even a plan.
+        assert err.startswith("--level_name: Unknown level_name 'NoSuchGame-v9'. "), err
+        assert not (tmp_path / "launch").exists()
+
+
 def test_an_update_that_does_not_split_over_the_learners_starts_nothing(tmp_path, tmux_socket):
     path, _ = local_csv(tmp_path)  # 2 learners
     code, out, err = frontend(

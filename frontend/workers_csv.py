@@ -232,6 +232,29 @@ def read_workers(path, local_names=None, environ=os.environ):
     """
     local_names = local_addresses() if local_names is None else local_names
     records = _read_records(path)
+    header = _checked_header(path, records)
+    rows = [record for record in records[1:] if any(v.strip() for v in record[2])]
+    if not rows:
+        raise CsvError(f"{path}: no worker rows after the header")
+    secrets = _secret_values(header, rows)
+    errors, workers = [], []
+    first_row_of_address = {}
+    for row_number, (line, last_line, values) in enumerate(rows, start=1):
+        row = _Row(path, row_number, line, errors)
+        if not _fits_header(row, header, values, last_line):
+            continue
+        values = _named_values(header, values)
+        worker = _worker(row, values, local_names, environ, first_row_of_address)
+        secrets.append(worker.password)
+        workers.append(worker)
+    if errors:
+        raise CsvError("\n".join(errors), secrets)
+    return workers
+
+
+def _checked_header(path, records):
+    """The header's column names, stripped; raises CsvError unless it has every column of
+    COLUMNS, maybe OPTIONAL_COLUMNS, and nothing else."""
     _, header_last_line, header = records[0] if records else (1, 1, [])
     if any(map(_spans_lines, header)):
         raise CsvError(
@@ -248,127 +271,169 @@ def read_workers(path, local_names=None, environ=os.environ):
             f"{path}:1: header: {'; '.join(problems)}; the header must be "
             f"{','.join(COLUMNS)} with an optional ,{OPTIONAL_COLUMNS[0]}"
         )
-    rows = [record for record in records[1:] if any(v.strip() for v in record[2])]
-    if not rows:
-        raise CsvError(f"{path}: no worker rows after the header")
-    # An unquoted comma in a password shifts its end into the next columns: every value from the
-    # password's column on is a secret, never shown.
-    first_secret = header.index("ssh_password")
-    secret_columns = set(header[first_secret:])
-    secrets = [s for _, _, values in rows for v in values[first_secret:] for s in (v, v.strip())]
+    return header
 
-    errors = []
-    workers = []
-    first_row_of_address = {}
-    for row_number, (line, last_line, values) in enumerate(rows, start=1):
 
-        def error(field, problem, line=line, row_number=row_number):
-            errors.append(f"{path}:{line}: row {row_number}, field '{field}': {problem}")
+def _secret_columns(header):
+    """The columns from ssh_password on: an unquoted comma in a password shifts its end into the
+    next columns, so every value there is a secret, never shown."""
+    return header[header.index("ssh_password") :]
 
-        spanning = [i for i, v in enumerate(values) if _spans_lines(v)]
-        if spanning:
-            error(
-                header[min(spanning[0], len(header) - 1)],
-                f"runs over lines {line}-{last_line}: a double quote opened in it is never "
-                "closed, so the lines after it were read into it (a value cannot hold a line "
-                "break)",
-            )
-            continue
-        if len(values) > len(header):
-            error(
-                header[-1],
-                f"{len(values)} values for {len(header)} columns: more fields than the header "
-                "(an unquoted comma in a password?); put a value that holds a comma in double "
-                "quotes",
-            )
-            continue
-        value = dict.fromkeys(COLUMNS + OPTIONAL_COLUMNS, "")
-        value.update(
-            (name, v if name == "ssh_password" else v.strip())
-            for name, v in zip(header, values, strict=False)
+
+def _secret_values(header, rows):
+    """Every value of the secret columns, as written and stripped, for CsvError to mask."""
+    first = header.index("ssh_password")
+    return [s for _, _, values in rows for v in values[first:] for s in (v, v.strip())]
+
+
+@dataclasses.dataclass(frozen=True)
+class _Row:
+    """A data row being checked: where it is, and where its problems go."""
+
+    path: str
+    number: int
+    line: int
+    errors: list
+
+    def error(self, field, problem):
+        where = f"{self.path}:{self.line}: row {self.number}"
+        self.errors.append(f"{where}, field '{field}': {problem}")
+
+
+def _fits_header(row, header, values, last_line):
+    """Whether the row's values can be read against the header: no value runs over lines (a
+    quote never closed), no more values than columns (an unquoted comma)."""
+    spanning = [i for i, v in enumerate(values) if _spans_lines(v)]
+    if spanning:
+        row.error(
+            header[min(spanning[0], len(header) - 1)],
+            f"runs over lines {row.line}-{last_line}: a double quote opened in it is never "
+            "closed, so the lines after it were read into it (a value cannot hold a line break)",
         )
-        # The row as messages show it: never a value that may hold (the end of) a password.
-        shown = {
-            name: (v and console.MASK) if name in secret_columns else v for name, v in value.items()
-        }
-        if value["job"] not in JOBS:
-            error("job", f"{shown['job']!r} is not a job; valid jobs: {', '.join(JOBS)}")
-        if not value["ip"]:
-            error("ip", "empty; give the host's address or name")
-        elif ":" in value["ip"]:
-            error(
-                "ip",
-                f"{shown['ip']!r}: IPv6 is not supported; use an IPv4 address or a host name",
-            )
-        tf_port = _port(value["tf_port"])
-        if tf_port is None:
-            error("tf_port", f"{shown['tf_port']!r} is not a port number (an integer in 1..65535)")
-        if not _is_device_list(value["cuda_visible_devices"]):
-            error(
-                "cuda_visible_devices",
-                f"{shown['cuda_visible_devices']!r} is not a device list: leave it empty (no GPU) "
-                "or give comma-separated GPU indices such as 0 or 0,1",
-            )
-        local = is_local(value["ip"], local_names)
-        if tf_port is not None and value["ip"]:
-            # Every name of this machine is one host: localhost:8001 and 127.0.0.1:8001 clash.
-            address = ("this host" if local else value["ip"], tf_port)
-            if address in first_row_of_address:
-                other_row, other_line = first_row_of_address[address]
-                error(
-                    "tf_port",
-                    f"{shown['ip']}:{tf_port} is also used by row {other_row} (line {other_line})",
-                )
-            else:
-                first_row_of_address[address] = (row_number, line)
-
-        ssh_port, password, password_source = None, "", ""
-        key_path = os.path.expanduser(value["ssh_key_path"]) if value["ssh_key_path"] else ""
-        if not local:
-            ssh_port = _port(value["ssh_port"])
-            if ssh_port is None:
-                error(
-                    "ssh_port",
-                    f"{shown['ssh_port']!r} is not a port number (an integer in 1..65535); "
-                    f"{shown['ip']} is not this host, so the row needs its SSH port (usually 22)",
-                )
-            if not value["ssh_username"]:
-                error("ssh_username", f"empty; {shown['ip']} is not this host, so SSH needs a user")
-            password, password_source, problem = _password(value["ssh_password"], environ)
-            secrets.append(password)
-            if problem:
-                error("ssh_password", problem)
-            if key_path and not os.path.isfile(key_path):
-                error(
-                    "ssh_key_path",
-                    "no such file (the path is not shown: it may be the end of a password cut "
-                    "at an unquoted comma)",
-                )
-            if not (password_source or key_path or environ.get("SSH_AUTH_SOCK")):
-                error(
-                    "ssh_password",
-                    f"{shown['ip']} is not this host and the row has no credential: give "
-                    "ssh_password (or env:VARNAME), ssh_key_path, or run an ssh-agent",
-                )
-        workers.append(
-            Worker(
-                row=row_number,
-                line=line,
-                job=value["job"],
-                ip=value["ip"],
-                tf_port=tf_port or 0,
-                cuda_visible_devices=value["cuda_visible_devices"],
-                is_local=local,
-                ssh_port=ssh_port,
-                ssh_username=value["ssh_username"],
-                ssh_key_path=key_path,
-                password_source=password_source,
-                password=password,
-            )
+        return False
+    if len(values) > len(header):
+        row.error(
+            header[-1],
+            f"{len(values)} values for {len(header)} columns: more fields than the header (an "
+            "unquoted comma in a password?); put a value that holds a comma in double quotes",
         )
-    if errors:
-        raise CsvError("\n".join(errors), secrets)
-    return workers
+        return False
+    return True
+
+
+@dataclasses.dataclass(frozen=True)
+class _Values:
+    """A row's values by column (every column, '' where missing), and as messages show them:
+    never a value that may hold (the end of) a password."""
+
+    value: dict
+    shown: dict
+
+
+def _named_values(header, values):
+    value = dict.fromkeys(COLUMNS + OPTIONAL_COLUMNS, "")
+    value.update(
+        (name, v if name == "ssh_password" else v.strip())
+        for name, v in zip(header, values, strict=False)
+    )
+    secret = set(_secret_columns(header))
+    shown = {name: (v and console.MASK) if name in secret else v for name, v in value.items()}
+    return _Values(value, shown)
+
+
+def _worker(row, values, local_names, environ, first_row_of_address):
+    """The row's Worker; each problem of its fields goes to `row`."""
+    value = values.value
+    tf_port = _check_common_fields(row, values)
+    local = is_local(value["ip"], local_names)
+    _check_address_clash(row, value["ip"], tf_port, local, first_row_of_address)
+    ssh_port, password, password_source = None, "", ""
+    key_path = os.path.expanduser(value["ssh_key_path"]) if value["ssh_key_path"] else ""
+    if not local:
+        ssh_port, password, password_source = _check_ssh_fields(row, values, key_path, environ)
+    return Worker(
+        row=row.number,
+        line=row.line,
+        job=value["job"],
+        ip=value["ip"],
+        tf_port=tf_port or 0,
+        cuda_visible_devices=value["cuda_visible_devices"],
+        is_local=local,
+        ssh_port=ssh_port,
+        ssh_username=value["ssh_username"],
+        ssh_key_path=key_path,
+        password_source=password_source,
+        password=password,
+    )
+
+
+def _check_common_fields(row, values):
+    """Checks what every row needs (job, ip, tf_port, cuda_visible_devices); its tf_port or
+    None."""
+    value, shown = values.value, values.shown
+    if value["job"] not in JOBS:
+        row.error("job", f"{shown['job']!r} is not a job; valid jobs: {', '.join(JOBS)}")
+    if not value["ip"]:
+        row.error("ip", "empty; give the host's address or name")
+    elif ":" in value["ip"]:
+        row.error(
+            "ip", f"{shown['ip']!r}: IPv6 is not supported; use an IPv4 address or a host name"
+        )
+    tf_port = _port(value["tf_port"])
+    if tf_port is None:
+        row.error("tf_port", f"{shown['tf_port']!r} is not a port number (an integer in 1..65535)")
+    if not _is_device_list(value["cuda_visible_devices"]):
+        row.error(
+            "cuda_visible_devices",
+            f"{shown['cuda_visible_devices']!r} is not a device list: leave it empty (no GPU) "
+            "or give comma-separated GPU indices such as 0 or 0,1",
+        )
+    return tf_port
+
+
+def _check_ssh_fields(row, values, key_path, environ):
+    """Checks what a remote row needs: its SSH port, user and a credential; returns (ssh port or
+    None, password, where the password came from)."""
+    value, shown = values.value, values.shown
+    ssh_port = _port(value["ssh_port"])
+    if ssh_port is None:
+        row.error(
+            "ssh_port",
+            f"{shown['ssh_port']!r} is not a port number (an integer in 1..65535); "
+            f"{shown['ip']} is not this host, so the row needs its SSH port (usually 22)",
+        )
+    if not value["ssh_username"]:
+        row.error("ssh_username", f"empty; {shown['ip']} is not this host, so SSH needs a user")
+    password, password_source, problem = _password(value["ssh_password"], environ)
+    if problem:
+        row.error("ssh_password", problem)
+    if key_path and not os.path.isfile(key_path):
+        row.error(
+            "ssh_key_path",
+            "no such file (the path is not shown: it may be the end of a password cut at an "
+            "unquoted comma)",
+        )
+    if not (password_source or key_path or environ.get("SSH_AUTH_SOCK")):
+        row.error(
+            "ssh_password",
+            f"{shown['ip']} is not this host and the row has no credential: give ssh_password "
+            "(or env:VARNAME), ssh_key_path, or run an ssh-agent",
+        )
+    return ssh_port, password, password_source
+
+
+def _check_address_clash(row, ip, tf_port, local, first_row_of_address):
+    """A TF address used by an earlier row is an error; every name of this machine is one host:
+    localhost:8001 and 127.0.0.1:8001 clash. `first_row_of_address`: (host, port) -> (row,
+    line) of the first row using it, updated."""
+    if tf_port is None or not ip:
+        return
+    address = ("this host" if local else ip, tf_port)
+    if address in first_row_of_address:
+        other_row, other_line = first_row_of_address[address]
+        row.error("tf_port", f"{ip}:{tf_port} is also used by row {other_row} (line {other_line})")
+    else:
+        first_row_of_address[address] = (row.number, row.line)
 
 
 def _others_can_read(path):

@@ -143,6 +143,12 @@ def _is_loopback(ip):
         return False
 
 
+def _is_host(ip):
+    """Whether the ip column names a host the frontend can use: an IPv4 address or a name
+    (IPv6 addresses, bare or in brackets, are refused)."""
+    return bool(ip) and ":" not in ip
+
+
 def _is_device_list(value):
     """Whether `value` is '' or comma-separated device indices, e.g. '0' or '0,1'."""
     return value == "" or all(index.isdigit() for index in value.split(","))
@@ -346,11 +352,13 @@ def _worker(row, values, local_names, environ, first_row_of_address):
     value = values.value
     tf_port = _check_common_fields(row, values)
     local = is_local(value["ip"], local_names)
-    _check_address_clash(row, value["ip"], tf_port, local, first_row_of_address)
     ssh_port, password, password_source = None, "", ""
     key_path = os.path.expanduser(value["ssh_key_path"]) if value["ssh_key_path"] else ""
-    if not local:
-        ssh_port, password, password_source = _check_ssh_fields(row, values, key_path, environ)
+    # A row with no usable host is refused already: whether it needs SSH is not known.
+    if _is_host(value["ip"]):
+        _check_address_clash(row, value["ip"], tf_port, local, first_row_of_address)
+        if not local:
+            ssh_port, password, password_source = _check_ssh_fields(row, values, key_path, environ)
     return Worker(
         row=row.number,
         line=row.line,
@@ -375,7 +383,7 @@ def _check_common_fields(row, values):
         row.error("job", f"{shown['job']!r} is not a job; valid jobs: {', '.join(JOBS)}")
     if not value["ip"]:
         row.error("ip", "empty; give the host's address or name")
-    elif ":" in value["ip"]:
+    elif not _is_host(value["ip"]):
         row.error(
             "ip", f"{shown['ip']!r}: IPv6 is not supported; use an IPv4 address or a host name"
         )

@@ -288,6 +288,26 @@ def test_ipv6_rows_are_refused(tmp_path, ip):
     )
 
 
+@pytest.mark.parametrize(
+    "ip, problem",
+    [
+        ("[::1]", "'[::1]': IPv6 is not supported; use an IPv4 address or a host name"),
+        (
+            "2001:db8::10",
+            "'2001:db8::10': IPv6 is not supported; use an IPv4 address or a host name",
+        ),
+        ("", "empty; give the host's address or name"),
+    ],
+)
+def test_a_row_without_a_usable_host_is_one_error_not_taken_for_a_remote_one(tmp_path, ip, problem):
+    """Where such a row runs is unknown: no SSH field or address clash is asked of it."""
+    path = write(tmp_path, LEARNER, f"actor,{ip},9001,,,,", f"actor,{ip},9001,,,,")
+    assert problems(path) == [
+        f"{path}:3: row 2, field 'ip': {problem}",
+        f"{path}:4: row 3, field 'ip': {problem}",
+    ]
+
+
 def test_passwords_other_users_can_read_are_warned_of(open_dir):
     path = write(open_dir, LEARNER, f"actor,{REMOTE},9001,,22,bob,long-enough")
     os.chmod(path, 0o644)

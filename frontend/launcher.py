@@ -353,10 +353,10 @@ class HostKeyPolicy(paramiko.MissingHostKeyPolicy):
         if self._accept:
             self._warn(f"WARNING: accepting the unknown host key of {hostname} ({key_text})")
             return
+        # The host is named by whoever reports the error (with the row), once.
         raise UnknownHostKeyError(
-            f"host key of {hostname} ({key_text}) is not in {' or '.join(self._files)}; check "
-            "it and add it there (e.g. ssh-keyscan -p PORT HOST >> FILE), or pass "
-            "--accept_unknown_host_keys"
+            f"its host key ({key_text}) is not in {' or '.join(self._files)}; check it and add "
+            "it there (e.g. ssh-keyscan -p PORT HOST >> FILE), or pass --accept_unknown_host_keys"
         )
 
 
@@ -372,38 +372,46 @@ def ssh_connect(worker, known_hosts, accept_unknown, timeout, warn):
         if os.path.isfile(path):
             client.load_system_host_keys(path)
     client.set_missing_host_key_policy(HostKeyPolicy(accept_unknown, files, warn))
-    client.connect(
-        worker.ip,
-        port=worker.ssh_port,
-        username=worker.ssh_username,
-        password=worker.password or None,  # Also the passphrase of an encrypted key.
-        key_filename=worker.ssh_key_path or None,
-        allow_agent=not (worker.password or worker.ssh_key_path),
-        look_for_keys=False,
-        timeout=timeout,
-        banner_timeout=timeout,
-        auth_timeout=timeout,
-    )
+    try:
+        client.connect(
+            worker.ip,
+            port=worker.ssh_port,
+            username=worker.ssh_username,
+            password=worker.password or None,  # Also the passphrase of an encrypted key.
+            key_filename=worker.ssh_key_path or None,
+            allow_agent=not (worker.password or worker.ssh_key_path),
+            look_for_keys=False,
+            timeout=timeout,
+            banner_timeout=timeout,
+            auth_timeout=timeout,
+        )
+    except TimeoutError:  # The socket's own text is just 'timed out'.
+        client.close()
+        raise TimeoutError(f"no answer within {timeout:g} s") from None
     return client
 
 
 def describe_error(error):
-    """A one-line reason for an SSH failure; never contains the credential."""
+    """A one-line reason for an SSH failure; never contains the credential, nor the host: the
+    caller names the worker, its row and its host, once."""
     if isinstance(error, UnknownHostKeyError | NoSftpError):
         return str(error)
     if isinstance(error, paramiko.BadHostKeyException):
         return (
-            f"host key of {error.hostname} ({error.key.get_name()} {error.key.fingerprint}) "
-            f"does NOT match its known_hosts entry ({error.expected_key.fingerprint}): refusing "
-            "to connect (the host was reinstalled, or someone is in the middle)"
+            f"its host key ({error.key.get_name()} {error.key.fingerprint}) does NOT match its "
+            f"known_hosts entry ({error.expected_key.fingerprint}): refusing to connect (the "
+            "host was reinstalled, or someone is in the middle)"
         )
     if isinstance(error, paramiko.AuthenticationException):
         return f"authentication failed ({error})"
     if isinstance(error, TimeoutError):
-        return f"timed out: {str(error) or 'no answer'}"
-    if isinstance(
-        error, ConnectionError | socket.gaierror | paramiko.ssh_exception.NoValidConnectionsError
-    ):
+        detail = str(error)
+        return detail if "timed out" in detail else f"timed out: {detail or 'no answer'}"
+    if isinstance(error, paramiko.ssh_exception.NoValidConnectionsError):
+        # One error per address tried, each naming the host: their causes only.
+        causes = dict.fromkeys(e.strerror or str(e) for e in error.errors.values())
+        return f"cannot connect: {'; '.join(causes)}"
+    if isinstance(error, ConnectionError | socket.gaierror):
         return f"cannot connect: {error}"
     return f"{type(error).__name__}: {error}"
 
@@ -426,8 +434,8 @@ def _check(result, what):
     return out
 
 
-def _open_sftp(client, worker):
-    """An SFTP session over `client`; NoSftpError naming `worker`'s host if its sshd has none."""
+def _open_sftp(client):
+    """An SFTP session over `client`; NoSftpError if the host's sshd has none."""
     try:
         return client.open_sftp()
     except paramiko.SSHException:
@@ -435,8 +443,8 @@ def _open_sftp(client, worker):
         if transport is None or not transport.is_active():
             raise  # The connection itself is gone, not a subsystem missing.
         raise NoSftpError(
-            f"host {worker.ip} (row {worker.row}): its sshd offers no SFTP subsystem, needed to "
-            "upload the worker script (add a 'Subsystem sftp' line to its sshd_config)"
+            "its sshd offers no SFTP subsystem, needed to upload the worker script (add a "
+            "'Subsystem sftp' line to its sshd_config)"
         ) from None
 
 
@@ -445,7 +453,7 @@ def upload_script(client, launch, timeout, with_cluster_file=True):
     uploaded through `client` already)."""
     directory = posixpath.dirname(launch.script_path)
     _check(ssh_run(client, f"mkdir -p {shlex.quote(directory)}", timeout), f"mkdir {directory}")
-    with _open_sftp(client, launch.worker) as sftp:
+    with _open_sftp(client) as sftp:
         sftp.putfo(io.BytesIO(launch.script().encode()), launch.script_path)
         if with_cluster_file:
             # Replaced whole (renamed over), never rewritten where a worker may be reading it.

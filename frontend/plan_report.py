@@ -7,13 +7,18 @@ from frontend import launcher
 
 
 def describe_failure(launch, error, console):
-    """'actor-0-1 (row 4, bob@10.0.0.2 ssh port 22, auth: key K, tf 10.0.0.2:9001): reason'."""
+    """'actor-0-1 (row 4, bob@10.0.0.2 ssh port 22, auth: key K, tf port 9001): reason': the
+    worker, its row, its host and why it failed, each once (describe_error never names the
+    host); secrets masked."""
     worker = launch.worker
     if worker is None:
         return console.mask(f"{launch.name} (mpirun): {error}")
-    where = f"{worker.where}, auth: {worker.auth}" if not worker.is_local else "this host"
+    if worker.is_local:
+        where = f"this host, tf {worker.host}"
+    else:
+        where = f"{worker.where}, auth: {worker.auth}, tf port {worker.tf_port}"
     reason = error if isinstance(error, str) else launcher.describe_error(error)
-    return console.mask(f"{launch.name} (row {worker.row}, {where}, tf {worker.host}): {reason}")
+    return console.mask(f"{launch.name} (row {worker.row}, {where}): {reason}")
 
 
 def print_plan(worker_sets, plan, run_id, console, options):

@@ -12,6 +12,7 @@ def start(plan, state, connections, options):
 
     Returns the failures as (launch, reason) pairs; `state` records what was started.
     """
+    connections.connect_all(launch.worker for launch in plan.all if launch.is_remote)
     server = launcher.tmux_server(options.tmux_socket_name)
     uploaded = set()  # (SSH login, cluster file): on that host already, so not uploaded again.
     started, failures = _start_clients(plan, state, server, connections, uploaded, options)

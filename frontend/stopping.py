@@ -46,9 +46,10 @@ def _stop_remote_workers(state, workers, connections, console, options):
     """Stops each remote worker `state` records; returns True if all are known to be stopped."""
     ok = True
     login = {(w.ip, w.ssh_port, w.ssh_username): w for w in workers if not w.is_local}
-    for entry in state["remote"]:
+    recorded = [login.get((e["ip"], e["ssh_port"], e["ssh_username"])) for e in state["remote"]]
+    connections.connect_all(worker for worker in recorded if worker is not None)
+    for entry, worker in zip(state["remote"], recorded, strict=True):
         what = f"{entry['name']} (PID {entry['pid']} on {entry['ssh_username']}@{entry['ip']})"
-        worker = login.get((entry["ip"], entry["ssh_port"], entry["ssh_username"]))
         try:
             if worker is None:
                 raise LookupError(f"no row of {state['workers_csv_path']} has its login any more")

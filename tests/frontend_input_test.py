@@ -232,8 +232,8 @@ def test_a_host_without_sftp_is_named_with_what_it_lacks(tmp_path, host_without_
     assert code == 1, out + err
     assert (
         f"  actor-0-0 (row 2, root@{host.ip} ssh port {host.ssh_port}, auth: key "
-        f"{hosts.user_key}, tf {host.ip}:{actor_port}): host {host.ip} (row 2): its sshd offers "
-        "no SFTP subsystem, needed to upload the worker script" in out
+        f"{hosts.user_key}, tf port {actor_port}): its sshd offers no SFTP subsystem, needed to "
+        "upload the worker script" in out
     ), out + err
     assert "Channel closed" not in out + err
     assert not (tmp_path / "logdir" / "launch" / "run_state.json").exists()  # Stopped.

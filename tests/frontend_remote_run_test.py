@@ -32,8 +32,7 @@ def test_unknown_host_key_is_rejected_by_default(tmp_path, hosts, runs):
     assert code == 1, out + err
     assert (
         f"  actor-0-0 (row 2, root@{host.ip} ssh port {host.ssh_port}, auth: key "
-        f"{hosts.user_key}, tf {host.ip}:{ports[1]}): host key of [{host.ip}]:{host.ssh_port} "
-        f"(ssh-ed25519 SHA256:" in out
+        f"{hosts.user_key}, tf port {ports[1]}): its host key (ssh-ed25519 SHA256:" in out
     )
     assert f"is not in /etc/ssh/ssh_known_hosts or {known_hosts}" in out
     assert "--accept_unknown_host_keys" in out
@@ -99,11 +98,11 @@ def test_wrong_key_or_password_fails_per_host(tmp_path, hosts, runs):
     assert "Failed workers: 2" in out
     assert (
         f"  actor-0-0 (row 2, root@{h0.ip} ssh port {h0.ssh_port}, auth: key {hosts.wrong_key}, "
-        f"tf {h0.ip}:{ports[1]}): authentication failed" in out
+        f"tf port {ports[1]}): authentication failed" in out
     )
     assert (
         f"  actor-0-1 (row 3, {hosts.user}@{h1.ip} ssh port {h1.ssh_port}, auth: password from "
-        f"the CSV, tf {h1.ip}:{ports[2]}): authentication failed" in out
+        f"the CSV, tf port {ports[2]}): authentication failed" in out
     )
     assert wrong_password not in out + err
     assert "WARNING" not in err  # The known_hosts file had both keys.

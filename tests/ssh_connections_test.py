@@ -1,0 +1,105 @@
+"""ssh_connections: many hosts are logged in to at once (a bounded pool), and a host that cannot
+be reached is one failure per worker naming its host, row and cause once; no real SSH."""
+
+import threading
+import time
+
+import paramiko
+import pytest
+
+from frontend import launcher, plan_report, ssh_connections, workers_csv
+from frontend.console import Console
+from tests import frontend_fakes
+
+HOSTS = 40  # More than MAX_PARALLEL_LOGINS.
+CONNECT_SECS = 0.2  # How long each fake login takes to fail.
+
+
+class FakeConnect:
+    """launcher.ssh_connect that takes CONNECT_SECS, then fails as an unreachable host does;
+    records the logins tried and how many were under way at once."""
+
+    def __init__(self):
+        self.tried = []
+        self.most_at_once = 0
+        self._at_once = 0
+        self._lock = threading.Lock()
+
+    def __call__(self, worker, _known_hosts, _accept_unknown, timeout, _warn):
+        with self._lock:
+            self.tried.append(worker.where)
+            self._at_once += 1
+            self.most_at_once = max(self.most_at_once, self._at_once)
+        time.sleep(CONNECT_SECS)
+        with self._lock:
+            self._at_once -= 1
+        raise TimeoutError(f"no answer within {timeout:g} s")
+
+
+@pytest.fixture
+def unreachable(tmp_path, monkeypatch):
+    """(the plan of a learner here and HOSTS actors on unreachable hosts, the fake connect)."""
+    rows = [f"actor,10.9.0.{i},9001,,22,bob,pa55word-x1" for i in range(1, HOSTS + 1)]
+    _, plan = frontend_fakes.plan(tmp_path, "learner,10.1.2.3,8001,,,,", *rows)
+    connect = FakeConnect()
+    monkeypatch.setattr(launcher, "ssh_connect", connect)
+    return plan, connect
+
+
+def test_unreachable_hosts_are_tried_at_once_in_a_bounded_pool(unreachable):
+    plan, connect = unreachable
+    connections = ssh_connections.Connections("known_hosts", False, 3, print)
+    started = time.monotonic()
+    connections.connect_all(launch.worker for launch in plan.actors)
+    took = time.monotonic() - started
+
+    assert connect.most_at_once == ssh_connections.MAX_PARALLEL_LOGINS
+    batches = -(-HOSTS // ssh_connections.MAX_PARALLEL_LOGINS)
+    assert took < (batches + 1) * CONNECT_SECS < HOSTS * CONNECT_SECS / 4
+    assert sorted(connect.tried) == sorted(launch.worker.where for launch in plan.actors)
+    for launch in plan.actors:  # Remembered: not tried again.
+        with pytest.raises(TimeoutError):
+            connections.get(launch.worker)
+    assert len(connect.tried) == HOSTS
+
+
+def test_each_unreachable_worker_names_its_host_row_and_cause_once(unreachable):
+    plan, _ = unreachable
+    connections = ssh_connections.Connections("known_hosts", False, 3, print)
+    connections.connect_all(launch.worker for launch in plan.actors)
+    for launch in plan.actors:
+        with pytest.raises(TimeoutError) as error:
+            connections.get(launch.worker)
+        line = plan_report.describe_failure(launch, error.value, Console())
+        worker = launch.worker
+        assert line == (
+            f"{launch.name} (row {worker.row}, bob@{worker.ip} ssh port 22, auth: password from "
+            "the CSV, tf port 9001): timed out: no answer within 3 s"
+        )
+        assert line.count(worker.ip) == line.count(f"row {worker.row}") == 1
+        assert line.count("timed out") == 1
+
+
+def test_a_login_timeout_says_how_long_it_waited_once(monkeypatch):
+    def connect(*_args, **_kwargs):
+        raise TimeoutError("timed out")  # As a socket that gets no answer says.
+
+    monkeypatch.setattr(paramiko.SSHClient, "connect", connect)
+    worker = workers_csv.Worker(
+        row=2,
+        line=3,
+        job="actor",
+        ip="10.9.0.1",
+        tf_port=9001,
+        cuda_visible_devices="",
+        is_local=False,
+        ssh_port=22,
+        ssh_username="bob",
+        ssh_key_path="",
+        password_source="the CSV",
+        password="pa55word-x1",
+    )
+    with pytest.raises(TimeoutError) as error:
+        launcher.ssh_connect(worker, "/nonexistent/known_hosts", False, 3, print)
+    assert launcher.describe_error(error.value) == "timed out: no answer within 3 s"
+    assert launcher.describe_error(TimeoutError("timed out")) == "timed out"

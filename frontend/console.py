@@ -2,6 +2,7 @@
 learners' log lines it follows with short prefixes, TensorFlow's start-up chatter left out."""
 
 import contextlib
+import logging
 import re
 import sys
 
@@ -99,3 +100,14 @@ class Console:
 
     def warn(self, text):
         self.say(text, file=sys.stderr)
+
+
+def quiet_libraries():
+    """Keeps the libraries' own logging off the console, where the frontend says what matters
+    itself: libtmux's 'window created' lines, and paramiko's (its transport thread logs each
+    failed connection with a 20-line traceback; the frontend reports the failure once, with
+    the host, row and cause)."""
+    logging.getLogger("libtmux").setLevel(logging.WARNING)
+    paramiko = logging.getLogger("paramiko")
+    paramiko.addHandler(logging.NullHandler())
+    paramiko.propagate = False

@@ -413,6 +413,8 @@ def describe_error(error):
         return f"cannot connect: {'; '.join(causes)}"
     if isinstance(error, ConnectionError | socket.gaierror):
         return f"cannot connect: {error}"
+    if isinstance(error, EOFError):  # paramiko's, bare: the socket ended before SSH began.
+        return "cannot connect: the host closed the connection before SSH began"
     return f"{type(error).__name__}: {error}"
 
 

@@ -3,7 +3,6 @@ or stop the recorded one (--stop). Exit codes: 0 done, 1 the run failed, 2 bad i
 started), 128 + N stopped by signal N while following."""
 
 import datetime
-import logging
 import os
 import shutil
 import signal
@@ -23,7 +22,7 @@ from frontend import (
     supervisor,
     workers_csv,
 )
-from frontend.console import Console
+from frontend.console import Console, quiet_libraries
 
 ENTRY_POINT = os.path.join(
     os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "run_experiment_mm_raw.py"
@@ -33,8 +32,7 @@ ENTRY_POINT = os.path.join(
 def main(options):
     """Runs the command `options` give; returns the exit code. Errors are printed masked: an
     exception's text could quote a password."""
-    for chatty in ("libtmux", "paramiko"):  # 'window created', 'Connected (version 2.0 ...)'.
-        logging.getLogger(chatty).setLevel(logging.WARNING)
+    quiet_libraries()
     console = Console()
     try:
         return stop_main(console, options) if options.stop else launch_main(console, options)

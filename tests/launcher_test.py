@@ -314,6 +314,7 @@ def test_remote_exit_status_names_a_failed_check():
         (paramiko.AuthenticationException("Authentication failed."), "authentication failed ("),
         (TimeoutError(), "timed out: no answer"),
         (ConnectionRefusedError(111, "Connection refused"), "cannot connect: "),
+        (EOFError(), "cannot connect: the host closed the connection before SSH began"),
         (ValueError("odd"), "ValueError: odd"),
     ],
 )

@@ -1,13 +1,17 @@
 """ssh_connections: many hosts are logged in to at once (a bounded pool), and a host that cannot
 be reached is one failure per worker naming its host, row and cause once; no real SSH."""
 
+import dataclasses
+import logging
+import socket
+import struct
 import threading
 import time
 
 import paramiko
 import pytest
 
-from frontend import launcher, plan_report, ssh_connections, workers_csv
+from frontend import console, launcher, plan_report, ssh_connections, workers_csv
 from frontend.console import Console
 from tests import frontend_fakes
 
@@ -34,6 +38,22 @@ class FakeConnect:
         with self._lock:
             self._at_once -= 1
         raise TimeoutError(f"no answer within {timeout:g} s")
+
+
+WORKER = workers_csv.Worker(
+    row=2,
+    line=3,
+    job="actor",
+    ip="10.9.0.1",
+    tf_port=9001,
+    cuda_visible_devices="",
+    is_local=False,
+    ssh_port=22,
+    ssh_username="bob",
+    ssh_key_path="",
+    password_source="the CSV",
+    password="pa55word-x1",
+)
 
 
 @pytest.fixture
@@ -85,21 +105,61 @@ def test_a_login_timeout_says_how_long_it_waited_once(monkeypatch):
         raise TimeoutError("timed out")  # As a socket that gets no answer says.
 
     monkeypatch.setattr(paramiko.SSHClient, "connect", connect)
-    worker = workers_csv.Worker(
-        row=2,
-        line=3,
-        job="actor",
-        ip="10.9.0.1",
-        tf_port=9001,
-        cuda_visible_devices="",
-        is_local=False,
-        ssh_port=22,
-        ssh_username="bob",
-        ssh_key_path="",
-        password_source="the CSV",
-        password="pa55word-x1",
-    )
     with pytest.raises(TimeoutError) as error:
-        launcher.ssh_connect(worker, "/nonexistent/known_hosts", False, 3, print)
+        launcher.ssh_connect(WORKER, "/nonexistent/known_hosts", False, 3, print)
     assert launcher.describe_error(error.value) == "timed out: no answer within 3 s"
     assert launcher.describe_error(TimeoutError("timed out")) == "timed out"
+
+
+@pytest.fixture
+def resetting_sshd():
+    """(host, port) of a local sshd that resets each connection once the client has sent its
+    first packet, as a failing sshd does."""
+    server = socket.create_server(("127.0.0.1", 0))
+    server.settimeout(0.05)
+    done = threading.Event()
+
+    def serve():
+        while not done.is_set():
+            try:
+                connection, _ = server.accept()
+            except TimeoutError:
+                continue
+            connection.settimeout(5)
+            connection.sendall(b"SSH-2.0-OpenSSH_9.2\r\n")
+            connection.recv(4096)  # The client's banner (and key exchange, if with it).
+            time.sleep(0.2)
+            connection.recv(4096)
+            connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            connection.close()  # A reset (RST), not an orderly end.
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    yield server.getsockname()
+    done.set()
+    thread.join(5)
+    server.close()
+
+
+def test_paramikos_traceback_of_a_reset_connection_stays_off_the_console(
+    resetting_sshd, monkeypatch
+):
+    paramiko_logger = logging.getLogger("paramiko")
+    monkeypatch.setattr(paramiko_logger, "handlers", [])
+    monkeypatch.setattr(paramiko_logger, "propagate", True)
+    records = []
+    handler = logging.Handler()
+    handler.emit = records.append
+    logging.getLogger().addHandler(handler)  # Where absl's console handler is.
+    try:
+        console.quiet_libraries()
+        host, port = resetting_sshd
+        worker = dataclasses.replace(WORKER, ip=host, ssh_port=port)
+        connections = ssh_connections.Connections("/nonexistent/known_hosts", False, 5, print)
+        connections.connect_all([worker])
+        with pytest.raises(Exception) as error:
+            connections.get(worker)
+    finally:
+        logging.getLogger().removeHandler(handler)
+    assert "reset" in launcher.describe_error(error.value).lower()
+    assert [r.getMessage() for r in records if r.name.startswith("paramiko")] == []

@@ -1,4 +1,5 @@
-"""The learner's step: V-trace loss on a batch, gradients summed over Horovod ranks, clipping,
+"""The learner's step: the actor-critic loss of a batch (PPO's clipped surrogate on V-trace
+targets by default; its terms in losses.py), gradients summed over Horovod ranks, clipping,
 update.
 
 Words (docs/architecture.md has the glossary): an *update* is one optimizer step on one
@@ -17,19 +18,78 @@ Public so that the learner, the tests and the benchmarks all run the very same s
 """
 
 import functools
+import typing
 
 import numpy as np
 import sonnet as snt
 import tensorflow as tf
 
+import agents
 import losses
 import step_choice
 import unrolls
 import vtrace
 
 
-def vtrace_loss(agent, unroll, config, unroll_weights=None):
-    """Total IMPALA loss of a time-major batch and its parts.
+class Steps(typing.NamedTuple):
+    """A time-major batch's T agent steps, aligned: step t holds the action chosen on observation
+    t and what it led to."""
+
+    learner: agents.AgentOutput  # The learner's outputs on observations 0..T-1, [T, B, ...].
+    behaviour: agents.AgentOutput  # The actors' as stored (action, logits, values), [T, B, ...].
+    rewards: tf.Tensor  # float32 [T, B], clipped as --reward_clipping says.
+    discounts: tf.Tensor  # float32 [T, B]: --discounting, 0 where an episode ended.
+    bootstrap_value: tf.Tensor  # float32 [B], the learner's value of observation T.
+
+
+def aligned_steps(agent, unroll, config):
+    """The Steps of `unroll` (env_outputs/agent_outputs [T+1, B, ...], agent_state [B, ...]), the
+    learner's outputs computed by `agent` on it; config: reward_clipping, discounting."""
+    learner_outputs, _ = agent.unroll(
+        unroll.agent_outputs.action, unroll.env_outputs, unroll.agent_state
+    )
+    # agent_outputs[t + 1] was computed on env_outputs[t] and produced env_outputs[t + 1].
+    return Steps(
+        learner=tf.nest.map_structure(lambda t: t[:-1], learner_outputs),
+        behaviour=tf.nest.map_structure(lambda t: t[1:], unroll.agent_outputs),
+        rewards=losses.clip_rewards(unroll.env_outputs.reward[1:], config.reward_clipping),
+        discounts=tf.cast(~unroll.env_outputs.done[1:], tf.float32) * config.discounting,
+        bootstrap_value=learner_outputs.baseline[-1],
+    )
+
+
+def policy_advantages(steps, vtrace_returns, config):
+    """The policy term's advantages, float32 [T, B]: PPO's with --policy_clip > 0, V-trace's
+    (`vtrace_returns`, of the current values) with 0; normalised with --normalize_advantages."""
+    if config.policy_clip > 0:
+        # Lambda-returns of the values the behaviour policy computed as it acted (stored in the
+        # unroll), the same however often the unroll is learned from. The current values,
+        # fitted to this very unroll by the passes before, would leave little in the advantages
+        # but noise (which normalisation would then scale up). PPO's clipped ratio takes the
+        # place of V-trace's truncated rho.
+        advantages = losses.lambda_return_advantages(
+            steps.discounts,
+            steps.rewards,
+            steps.behaviour.baseline,
+            steps.bootstrap_value,
+            config.vtrace_lambda,
+        )
+    else:
+        advantages = vtrace_returns.pg_advantages
+    if config.normalize_advantages:
+        advantages = losses.normalized(advantages)
+    return advantages
+
+
+def actor_critic_loss(agent, unroll, config, unroll_weights=None):
+    """The learner's loss of a time-major batch: the policy term (PPO's clipped surrogate by
+    default, IMPALA's policy gradient with --policy_clip=0) + baseline_cost x the value term (the
+    squared error to V-trace's targets) + entropy_cost x the entropy term.
+
+    With config.replay_trust_region > 0 (LASER's trust region), a step whose behaviour policy
+    is further than that from the current policy (losses.trust_region) is left out of the
+    V-trace targets: its importance weight is set to 0, which removes its temporal difference,
+    cuts the trace there and zeroes its policy term.
 
     Args:
       agent: the learner's agent.
@@ -42,123 +102,63 @@ def vtrace_loss(agent, unroll, config, unroll_weights=None):
         importance weights).
 
     Returns:
-      (total_loss, dict of scalar loss parts, dict of statistics: scalars `entropy_fraction`,
-      the mean entropy per step over its maximum ln A; `mean_abs_log_rho`, the mean
-      |log pi(a|x) / mu(a|x)| of the taken actions; `clipped_rho_fraction`, the fraction of
-      importance weights above V-trace's rho_bar = 1; `trust_region_fraction`, the fraction of
-      steps left out by the trust region; and `priorities` [B], replay's priority of each
-      unroll from its V-trace value errors).
-
-    With config.replay_trust_region > 0 (LASER's trust region), a step whose behaviour policy
-    is further than that from the current policy (KL(mu || pi) of the step's action
-    distributions) is left out of the V-trace targets: its importance weight is set to 0, which
-    removes its temporal difference, cuts the trace there and zeroes its policy gradient.
+      (total loss; dict of its scalar parts `policy_gradient`, `baseline`, `entropy`; dict of
+      statistics without gradient: losses.policy_statistics' scalars and `priorities` [B],
+      replay's priority of each unroll from its V-trace value errors).
     """
-    learner_outputs, _ = agent.unroll(
-        unroll.agent_outputs.action, unroll.env_outputs, unroll.agent_state
-    )
-    bootstrap_value = learner_outputs.baseline[-1]  # [B]
-    # Shift so that step t holds the action chosen on observation t and what it led to:
-    # agent_outputs[t + 1] was computed on env_outputs[t] and produced env_outputs[t + 1].
-    behaviour = tf.nest.map_structure(lambda t: t[1:], unroll.agent_outputs)
-    rewards = unroll.env_outputs.reward[1:]
-    done = unroll.env_outputs.done[1:]
-    learner_outputs = tf.nest.map_structure(lambda t: t[:-1], learner_outputs)
-
-    discounts = tf.cast(~done, tf.float32) * config.discounting  # [T, B]
-    log_rhos = vtrace.log_probs_from_logits_and_actions(
-        learner_outputs.policy_logits, behaviour.action
-    ) - vtrace.log_probs_from_logits_and_actions(behaviour.policy_logits, behaviour.action)
-    kept = tf.ones_like(log_rhos, tf.bool)
-    if config.replay_trust_region > 0:
-        kept = behaviour_kl(behaviour.policy_logits, learner_outputs.policy_logits) <= (
-            config.replay_trust_region
-        )
+    steps = aligned_steps(agent, unroll, config)
+    logits = steps.learner.policy_logits  # [T, B, A]
+    behaviour_logits = steps.behaviour.policy_logits
+    log_rhos = losses.log_importance_ratios(logits, behaviour_logits, steps.behaviour.action)
+    kept = losses.trust_region(behaviour_logits, logits, config.replay_trust_region)
     kept_log_rhos = tf.where(kept, log_rhos, -float("inf"))  # rho = 0 outside the trust region
-    clipped_rewards = losses.clip_rewards(rewards, config.reward_clipping)
     vtrace_returns = vtrace.from_importance_weights(
         log_rhos=kept_log_rhos,
-        discounts=discounts,
-        rewards=clipped_rewards,
-        values=learner_outputs.baseline,
-        bootstrap_value=bootstrap_value,
+        discounts=steps.discounts,
+        rewards=steps.rewards,
+        values=steps.learner.baseline,
+        bootstrap_value=steps.bootstrap_value,
         trace_lambda=config.vtrace_lambda,
     )
-    value_errors = vtrace_returns.vs - learner_outputs.baseline
-    if config.policy_clip > 0:
-        # PPO's advantages: lambda-returns of the values the behaviour policy computed as it
-        # acted (stored in the unroll), the same however often the unroll is learned from. The
-        # current values, fitted to this very unroll by the passes before, would leave little
-        # in the advantages but noise (which normalisation would then scale up). PPO's clipped
-        # ratio takes the place of V-trace's truncated rho.
-        pg_advantages = vtrace.from_importance_weights(
-            log_rhos=tf.zeros_like(log_rhos),
-            discounts=discounts,
-            rewards=clipped_rewards,
-            values=behaviour.baseline,
-            bootstrap_value=tf.stop_gradient(bootstrap_value),
-            trace_lambda=config.vtrace_lambda,
-        ).pg_advantages
-    else:
-        pg_advantages = vtrace_returns.pg_advantages
-    if config.normalize_advantages:
-        mean, variance = tf.nn.moments(pg_advantages, axes=[0, 1])
-        pg_advantages = (pg_advantages - mean) / (tf.sqrt(variance) + 1e-8)
-    if config.policy_clip > 0:
-        policy_loss = losses.clipped_policy_loss(
-            kept_log_rhos, pg_advantages, config.policy_clip, unroll_weights
-        )
-    else:
-        policy_loss = losses.policy_gradient_loss(
-            learner_outputs.policy_logits, behaviour.action, pg_advantages, unroll_weights
-        )
+    value_errors = vtrace_returns.vs - steps.learner.baseline  # [T, B]
+    advantages = policy_advantages(steps, vtrace_returns, config)
     parts = {
-        "policy_gradient": policy_loss,
+        "policy_gradient": losses.policy_loss(
+            kept_log_rhos,
+            logits,
+            steps.behaviour.action,
+            advantages,
+            config.policy_clip,
+            unroll_weights,
+        ),
         "baseline": losses.baseline_loss(value_errors, unroll_weights),
-        "entropy": losses.entropy_loss(learner_outputs.policy_logits, unroll_weights),
+        "entropy": losses.entropy_loss(logits, unroll_weights),
     }
     total = (
         parts["policy_gradient"]
         + config.baseline_cost * parts["baseline"]
         + config.entropy_cost * parts["entropy"]
     )
-    num_steps = tf.cast(tf.size(rewards), tf.float32)
-    num_actions = tf.cast(tf.shape(learner_outputs.policy_logits)[-1], tf.float32)
-    entropy = -losses.entropy_loss(learner_outputs.policy_logits)  # unweighted
-    stats = {
-        "entropy_fraction": entropy / (num_steps * tf.math.log(num_actions)),
-        "mean_abs_log_rho": tf.reduce_mean(tf.abs(log_rhos)),
-        "clipped_rho_fraction": tf.reduce_mean(tf.cast(log_rhos > 0, tf.float32)),
-        "trust_region_fraction": 1 - tf.reduce_mean(tf.cast(kept, tf.float32)),
-        "priorities": losses.unroll_priorities(value_errors),
-    }
+    stats = losses.policy_statistics(logits, log_rhos, kept)
+    stats["priorities"] = losses.unroll_priorities(value_errors)
     return total, parts, tf.nest.map_structure(tf.stop_gradient, stats)
 
 
-def behaviour_kl(behaviour_logits, target_logits):
-    """KL(mu || pi) of each step's action distributions: [T, B, A] logits -> [T, B]."""
-    behaviour_log_policy = tf.nn.log_softmax(behaviour_logits)
-    return tf.reduce_sum(
-        tf.exp(behaviour_log_policy) * (behaviour_log_policy - tf.nn.log_softmax(target_logits)),
-        axis=-1,
-    )
-
-
 def local_gradients(agent, config, unroll, unroll_weights=None):
-    """Gradients of the V-trace loss on this rank's batch, not averaged (XLA-compilable).
+    """Gradients of the actor-critic loss on this rank's batch, not averaged (XLA-compilable).
 
     Args:
       agent: the agent.
-      config: config.Config (see vtrace_loss).
+      config: config.Config (see actor_critic_loss).
       unroll: Unroll of batch-major [B, T+1, ...] tensors (as dequeued).
-      unroll_weights: optional float32 [B] (see vtrace_loss).
+      unroll_weights: optional float32 [B] (see actor_critic_loss).
 
     Returns:
       (list of gradients, one per agent.trainable_variables; this rank's total loss; its parts
-      and statistics, see vtrace_loss).
+      and statistics, see actor_critic_loss).
     """
     with tf.GradientTape() as tape:
-        total, parts, stats = vtrace_loss(
+        total, parts, stats = actor_critic_loss(
             agent, unrolls.to_time_major(unroll), config, unroll_weights
         )
     return tape.gradient(total, agent.trainable_variables), total, parts, stats
@@ -272,7 +272,7 @@ def single_process_step(agent, config):
 def make_update(agent, optimizer, config, hvd, xla):
     """One update on a minibatch: update(unroll [B, T+1, ...], unroll_weights float32 [B])
     -> (dict of scalars: the loss parts, `total`, `gradient_norm` (before clipping) and the
-    scalar statistics of vtrace_loss; the replay priorities [B] of the unrolls).
+    scalar statistics of actor_critic_loss; the replay priorities [B] of the unrolls).
 
     With `xla` the loss-and-gradients and the clip-and-update are each compiled by XLA,
     separately: Horovod's allreduce between them has no XLA kernel on CPU. Compiled once (the

@@ -7,7 +7,7 @@ Run under mpirun with 2 (or more) ranks:
 For each agent (Atari shapes: 84x84x4 frames, 6 actions) every rank times, in the same run:
   - `allreduce`: summing a gradient-sized list of tensors across ranks inside a tf.function
     with one grouped allreduce, as the learner does every step (train_step.sum_over_ranks);
-  - `train step`: the learner's full step (train_step.make_update: V-trace loss, summed
+  - `train step`: the learner's full step (train_step.make_update: actor-critic loss, summed
     gradients, optimizer) with the default Config on a synthetic batch of B unrolls of T steps.
 Rank 0 prints a table with both (median ms) and their ratio, then one JSON line.
 """

@@ -205,7 +205,7 @@ def on_policy(agent, batch):
 
 def loss_gradients(agent, batch, config):
     with tf.GradientTape() as tape:
-        total, _, stats = train_step.vtrace_loss(agent, unrolls.to_time_major(batch), config)
+        total, _, stats = train_step.actor_critic_loss(agent, unrolls.to_time_major(batch), config)
     return tape.gradient(total, agent.trainable_variables), stats
 
 
@@ -249,10 +249,10 @@ def test_vtrace_uses_the_stored_behaviour_logits_of_a_replayed_unroll():
     loss equals V-trace computed by hand from those stored logits."""
     agent, batch = mlp_setup()
     config = config_lib.Config()
-    _, parts, stats = train_step.vtrace_loss(agent, unrolls.to_time_major(batch), config)
+    _, parts, stats = train_step.actor_critic_loss(agent, unrolls.to_time_major(batch), config)
     assert float(stats["mean_abs_log_rho"]) > 0.1
 
-    _, on_policy_parts, on_policy_stats = train_step.vtrace_loss(
+    _, on_policy_parts, on_policy_stats = train_step.actor_critic_loss(
         agent, unrolls.to_time_major(on_policy(agent, batch)), config
     )
     assert float(on_policy_stats["mean_abs_log_rho"]) < 1e-5

@@ -4,6 +4,11 @@ Atomicity comes from TF's checkpoint protocol: the data files of a checkpoint ar
 first, then the `checkpoint` state file is replaced atomically (write + rename) to point at
 them. A crash mid-write leaves the state file on the previous, complete checkpoint.
 
+A save that fails (a full disk, a directory made unwritable) does not stop training: it is one
+logged line naming the checkpoint and the cause, what it left (`ckpt-N_temp/`, a partial
+`ckpt-N`) is removed, and the next save is due --checkpoint_secs later. `Checkpointer.failing`
+tells the learner when too many failed in a row (--max_failed_checkpoints).
+
 Restoring (the learner's resume, `--mode=test`) tries the checkpoints newest first:
   - Damage (a truncated, corrupt or missing file: any error while reading a checkpoint) is
     logged with the checkpoint's path and a short reason, and the next older checkpoint is
@@ -50,16 +55,19 @@ class Checkpointer:
     Args:
       logdir: the run's --logdir.
       max_to_keep: checkpoints kept on disk (older ones are the fallback if the newest is bad).
+      max_failures: failed saves in a row after which `failing` is true.
       **tracked: the trackable objects, by name (the names are the checkpoint's keys).
     """
 
-    def __init__(self, logdir, max_to_keep=3, **tracked):
+    def __init__(self, logdir, max_to_keep=3, max_failures=3, **tracked):
         self._directory = checkpoint_dir(logdir)
         self._max_to_keep = max_to_keep
+        self._max_failures = max_failures
         self._tracked = tracked
         self._checkpoint = tf.train.Checkpoint(**tracked)
         self._manager = None
         self._last_save = time.monotonic()
+        self._failures = 0  # failed saves since the last one that succeeded
 
     def _open(self):
         """Finds the checkpoints (newest first), repairs an unreadable state file from them and
@@ -91,12 +99,43 @@ class Checkpointer:
         )
 
     def save(self):
-        if self._manager is None:
-            self._open()
-        path = self._manager.save()
+        """Writes a checkpoint; returns its path, or None if it could not be written (logged in
+        one line; what the failed save left is removed)."""
         self._last_save = time.monotonic()
+        number = int(self._checkpoint.save_counter) + 1  # the manager's name for it: ckpt-N
+        try:
+            if self._manager is None:
+                self._open()
+            path = self._manager.save()
+        except (tf.errors.OpError, OSError) as e:
+            self._failures += 1
+            self._report_failure(e, number)
+            return None
+        self._failures = 0
         logging.info("saved checkpoint %s", path)
         return path
+
+    @property
+    def failing(self):
+        """Whether the last `max_failures` saves all failed."""
+        return self._failures >= self._max_failures
+
+    def _report_failure(self, error, number):
+        """Removes what the failed save of checkpoint `number` left and logs one line: the
+        checkpoint, the cause and what was removed."""
+        prefix = os.path.join(self._directory, f"ckpt-{number}")
+        # A save that failed after its files were complete (recording or sweeping) keeps them.
+        written = self._manager is not None and self._manager.latest_checkpoint == prefix
+        removed = _remove_unfinished(self._directory, prefix, keep_checkpoint=written)
+        logging.error(
+            "checkpoint %s not written: %s; %s; failure %d in a row, at most %d "
+            "(--max_failed_checkpoints)",
+            prefix,
+            write_error_cause(error),
+            f"removed {', '.join(removed)}" if removed else "nothing left to remove",
+            self._failures,
+            self._max_failures,
+        )
 
     def save_if_due(self, every_secs):
         if time.monotonic() - self._last_save >= every_secs:
@@ -116,6 +155,35 @@ def restore_for_evaluation(logdir, **tracked):
     return _restore_newest(
         tf.train.Checkpoint(**tracked), checkpoints, directory, tracked, partial=True
     )
+
+
+def write_error_cause(error):
+    """Why a write failed, in a few words: the OS's reason of a TF error ('No space left on
+    device', 'Permission denied'), else its first line."""
+    message = getattr(error, "message", None) or getattr(error, "strerror", None) or _short(error)
+    cause = message.strip().splitlines()[0].rpartition("; ")[2]
+    return re.sub(r"\s*\[Op:\w+\]$", "", cause)
+
+
+def _remove_unfinished(directory, prefix, keep_checkpoint):
+    """Removes what a failed save of the checkpoint `prefix` left: its temporary directory
+    (`ckpt-N_temp`), the state file's temporary copies and, unless `keep_checkpoint`, its own
+    files. Returns the names of what it removed; what it cannot remove stays."""
+    leftovers = tf.io.gfile.glob(f"{prefix}_temp*")
+    leftovers += tf.io.gfile.glob(os.path.join(directory, f"{_STATE_FILE}.tmp*"))
+    if not keep_checkpoint:
+        leftovers += tf.io.gfile.glob(f"{prefix}.*")
+    removed = []
+    for path in leftovers:
+        try:
+            if tf.io.gfile.isdir(path):
+                tf.io.gfile.rmtree(path)
+            else:
+                tf.io.gfile.remove(path)
+        except tf.errors.OpError:
+            continue
+        removed.append(os.path.basename(path))
+    return removed
 
 
 def find_checkpoints(directory):
@@ -276,9 +344,7 @@ def _describe(tracked):
     agent = tracked.get("agent")
     if agent is None:
         return "the restored objects (" + ", ".join(tracked) + ")"
-    actions = getattr(agent, "num_actions", None)
-    actions = f", {actions} actions" if isinstance(actions, int) else ""
-    return f"the agent (--agent_name={type(agent).__name__}{actions})"
+    return f"the agent (--agent_name={agent.describe()})"
 
 
 def _readable(key):

@@ -247,6 +247,13 @@ class Config:
         "they wait for one another at every minibatch's allreduce; a lone learner keeps all.",
     )
     checkpoint_secs: int = setting(300, "Seconds between checkpoints.", lower_bound=1)
+    max_failed_checkpoints: int = setting(
+        3,
+        "Checkpoints in a row that may fail to be written (a full disk, an unwritable "
+        "directory; each one line, tried again --checkpoint_secs later) before the learners "
+        "stop, with status 5.",
+        lower_bound=1,
+    )
     log_secs: int = setting(
         10, "Seconds between learner log lines; 0: after every step.", lower_bound=0
     )

@@ -33,6 +33,10 @@ Training that diverges stops every learner with DivergedError (experiment.py: ex
 whose loss or gradient norm, or the parameters it leaves, are no longer finite, found on the
 host right after the batch's step, before those parameters are published or checkpointed.
 
+A checkpoint that cannot be written is one logged line, and training goes on (checkpointing.py);
+after --max_failed_checkpoints of them in a row every learner stops at the next step with
+EXIT_CHECKPOINTS_FAILING.
+
 Rank 0 alone writes checkpoints, logs progress and writes TensorBoard summaries (progress.py).
 The step itself (loss, gradients, optimizer) is train_step.py; the prefetch thread prefetch.py.
 """
@@ -51,16 +55,18 @@ import config as config_lib
 import progress
 import replay
 import train_step
+from exit_codes import (
+    EXIT_CHECKPOINTS_FAILING,
+    EXIT_STARVED,
+    EXIT_STUCK,
+)
 from prefetch import BatchPrefetcher
 from step_watchdog import Watchdog
 
-# Exit codes of a learner that stopped before the frame budget.
-EXIT_STARVED = 3  # some learner got no batch from its actors for --batch_timeout_secs.
-EXIT_STUCK = 4  # a step took longer than --step_timeout_secs (see step_watchdog.py).
 _FINISH_GRACE_SECS = 5
 
 _Status = collections.namedtuple(
-    "_Status", "frames has_batch stop_requested episodes episode_return_sum"
+    "_Status", "frames has_batch stop_requested checkpoints_failing episodes episode_return_sum"
 )
 
 
@@ -122,7 +128,11 @@ class Learner:
         train_step.create_optimizer_state(self._optimizer, agent)
         self._frames = tf.Variable(0, dtype=tf.int64, trainable=False, name="environment_frames")
         self._checkpointer = checkpointing.Checkpointer(
-            config.logdir, agent=agent, optimizer=self._optimizer, environment_frames=self._frames
+            config.logdir,
+            max_failures=config.max_failed_checkpoints,
+            agent=agent,
+            optimizer=self._optimizer,
+            environment_frames=self._frames,
         )
         self._train_step = train_step.make_batch_step(agent, self._optimizer, config, hvd)
         self._replay = None
@@ -216,6 +226,11 @@ class Learner:
                 status = self._allreduce_status(local_status)
                 if status.stop_requested:
                     reason = f"{self._stop_signal or 'a stop signal to another learner'}"
+                    break
+                if status.checkpoints_failing:
+                    reason = "checkpoints failing"
+                    exit_code = self._report_checkpoints_failing()
+                    save_at_end = False  # it would fail as well
                     break
                 if status.has_batch < self._hvd.size():
                     reason = "no data"
@@ -320,8 +335,9 @@ class Learner:
         return mixed, np.concatenate([ones, weights]), indexes
 
     def _local_status(self, unroll):
+        stop, failing = bool(self._stop_signal), self._checkpointer.failing
         if unroll is None:
-            return [0, 0, bool(self._stop_signal), 0, 0]
+            return [0, 0, stop, failing, 0, 0]
         # Element 0 of each unroll repeats the previous unroll's last step: count steps 1..T.
         info = unroll.env_outputs.info
         game_over = info.game_over[:, 1:]
@@ -329,10 +345,26 @@ class Learner:
         return [
             frames,
             1,
-            bool(self._stop_signal),
+            stop,
+            failing,
             int(game_over.sum()),
             float(info.episode_return[:, 1:][game_over].sum()),
         ]
+
+    def _report_checkpoints_failing(self):
+        """Logs why training stops for checkpoints that cannot be written; returns the exit
+        code."""
+        logging.error(
+            "%s %s: stopping all learners (is the disk of --logdir=%s full, or its "
+            "checkpoints directory unwritable? the checkpoint errors above say which)",
+            self._log_prefix,
+            f"{self._config.max_failed_checkpoints} checkpoint(s) in a row not written "
+            "(--max_failed_checkpoints)"
+            if self._is_chief
+            else "the first learner could not write its checkpoints",
+            self._config.logdir,
+        )
+        return EXIT_CHECKPOINTS_FAILING
 
     def _report_starvation(self, this_rank_starved, timeout_secs, flag):
         """Logs why training stops for lack of data; returns the exit code."""

@@ -28,14 +28,21 @@ learner's policy against the actors' on the batch: near 0 when the policy lag is
 `policy/trust_region_fraction`, `learning_rate`, `queue_size` (unrolls waiting in the queue)
 and, with replay, `replay/unrolls` and `replay/allocated_gib` (the memory's fill and size;
 replay.py logs when it first fills).
+
+A summary write that fails (a full disk, an unwritable logdir) does not stop training: it is one
+logged line naming the logdir and the cause (one per outage, not one per write), its summaries
+are lost, and the next ones are written as usual once writing works again.
 """
 
 import collections
+import contextlib
 import time
 
 import numpy as np
 import tensorflow as tf
 from absl import logging
+
+from checkpointing import write_error_cause
 
 RETURN_WINDOW = 100  # games in the logged mean return
 # Written once when the learner starts, at step = the frame count it starts (or restarts) from.
@@ -62,14 +69,38 @@ class ProgressLog:
         self._learning_rate = learning_rate
         self._transport = transport
         self._writer = tf.summary.create_file_writer(config.logdir) if is_chief else None
+        self._writes_failing = False
         self._last_time = time.monotonic()
         self._last_frames = int(frames.numpy())
         if self._writer is not None:
-            with self._writer.as_default(step=self._last_frames):
+            with self._summaries(self._last_frames):
                 tf.summary.scalar(START_TAG, self._last_frames)
         # (games, return sum) of each recent step, over all learners.
         self._recent_games = collections.deque()
         self._reset_interval()
+
+    @contextlib.contextmanager
+    def _summaries(self, step, flush=False):
+        """Writes the block's summaries at `step` (to disk with `flush`, else when the writer's
+        queue fills). A write that fails ends the block: the first failure since a flush last
+        worked is logged in one line, and training goes on."""
+        try:
+            with self._writer.as_default(step=step):
+                yield
+            if flush:
+                self._writer.flush()
+        except tf.errors.OpError as e:
+            if not self._writes_failing:
+                logging.error(
+                    "summaries in %s not written: %s; trying again at every interval",
+                    self._config.logdir,
+                    write_error_cause(e),
+                )
+            self._writes_failing = True
+            return
+        if flush and self._writes_failing:
+            logging.info("summaries in %s written again", self._config.logdir)
+            self._writes_failing = False
 
     def _reset_interval(self):
         self._steps = 0
@@ -92,7 +123,7 @@ class ProgressLog:
         game_over = info.game_over[:, 1:]  # element 0 repeats the previous unroll's last step
         finished = info.episode_return[:, 1:][game_over].tolist()
         if self._writer is not None and finished:
-            with self._writer.as_default(step=int(self._frames.numpy())):
+            with self._summaries(int(self._frames.numpy())):
                 for episode_return in finished:
                     tf.summary.scalar(f"{self._config.level_name}/episode_return", episode_return)
         if games:
@@ -136,7 +167,7 @@ class ProgressLog:
             lag,
             means["total"],
         )
-        with self._writer.as_default(step=frames):
+        with self._summaries(frames, flush=True):
             for name in ("total", "policy_gradient", "baseline", "entropy", "gradient_norm"):
                 tf.summary.scalar(f"loss/{name}", means[name])
             for name in (
@@ -155,11 +186,11 @@ class ProgressLog:
             tf.summary.scalar("learning_rate", learning_rate)
             tf.summary.scalar("policy_lag", lag)
             tf.summary.scalar("queue_size", queue_size)
-        self._writer.flush()
         self._last_time, self._last_frames = now, frames
         self._reset_interval()
 
     def close(self):
         if self._is_chief:
             self.flush()
-            self._writer.close()
+            with self._summaries(int(self._frames.numpy())):
+                self._writer.close()

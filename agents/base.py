@@ -86,6 +86,10 @@ class Agent(snt.Module):
     def num_actions(self):
         return self._num_actions
 
+    def describe(self):
+        """'MLPAgent, 2 actions': this agent, as errors about agents that do not fit name it."""
+        return f"{type(self).__name__}, {self._num_actions} actions"
+
     def initial_state(self, batch_size):
         """The core state at the start of an episode: `()`, or e.g. snt.LSTMState of [B, 256]."""
         if self._core is None:

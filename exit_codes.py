@@ -1,0 +1,35 @@
+"""The exit statuses of experiment.py's roles, named once, and the one way bad flags end a
+process: a run's supervisor (frontend/supervisor.py) tells by the status why a worker ended,
+and so what to do about it (restart it, end the run, report it).
+
+No TensorFlow here: the entry points import this before their flags are parsed.
+"""
+
+import os
+import sys
+
+from absl import flags
+
+EXIT_BAD_INPUT = 2  # flags, files, hosts or peers that cannot work: restarting does not help.
+# A learner that stopped before its frame budget:
+EXIT_STARVED = 3  # some learner got no batch from its actors for --batch_timeout_secs.
+EXIT_STUCK = 4  # a step took longer than --step_timeout_secs (see step_watchdog.py).
+EXIT_CHECKPOINTS_FAILING = 5  # --max_failed_checkpoints checkpoints in a row were not written.
+
+
+def parse_flags(argv, flag_values=flags.FLAGS):
+    """absl's `flags_parser` for app.run: parses `argv` (its validators run), or exits with
+    EXIT_BAD_INPUT after one line naming the flag (absl's own parser exits 1, the status of a
+    crash). Positional arguments are refused: a typo such as `--batch_size 8` is one."""
+    try:
+        remaining = flag_values(argv)
+    except flags.Error as e:
+        _refuse(argv, e)
+    if remaining[1:]:
+        _refuse(argv, f"unexpected arguments {remaining[1:]} (flags are --name=value)")
+    return remaining
+
+
+def _refuse(argv, error):
+    print(f"{os.path.basename(argv[0])}: error: {error}", file=sys.stderr)
+    sys.exit(EXIT_BAD_INPUT)

@@ -15,6 +15,7 @@ EXIT_BAD_INPUT = 2  # flags, files, hosts or peers that cannot work: restarting 
 EXIT_STARVED = 3  # some learner got no batch from its actors for --batch_timeout_secs.
 EXIT_STUCK = 4  # a step took longer than --step_timeout_secs (see step_watchdog.py).
 EXIT_CHECKPOINTS_FAILING = 5  # --max_failed_checkpoints checkpoints in a row were not written.
+EXIT_STOPPED_BY_SIGNAL = 6  # SIGTERM or SIGINT (e.g. a scheduler's preemption), after saving.
 
 
 def parse_flags(argv, flag_values=flags.FLAGS):

@@ -35,7 +35,9 @@ host right after the batch's step, before those parameters are published or chec
 
 A checkpoint that cannot be written is one logged line, and training goes on (checkpointing.py);
 after --max_failed_checkpoints of them in a row every learner stops at the next step with
-EXIT_CHECKPOINTS_FAILING.
+EXIT_CHECKPOINTS_FAILING. SIGTERM or SIGINT to any learner (a scheduler's preemption, Ctrl-C)
+stops every learner after its step, with a final checkpoint, and EXIT_STOPPED_BY_SIGNAL: a
+learner stopped before its frame budget never exits 0, the status of a finished training.
 
 Rank 0 alone writes checkpoints, logs progress and writes TensorBoard summaries (progress.py).
 The step itself (loss, gradients, optimizer) is train_step.py; the prefetch thread prefetch.py.
@@ -58,6 +60,7 @@ import train_step
 from exit_codes import (
     EXIT_CHECKPOINTS_FAILING,
     EXIT_STARVED,
+    EXIT_STOPPED_BY_SIGNAL,
     EXIT_STUCK,
 )
 from prefetch import BatchPrefetcher
@@ -226,6 +229,7 @@ class Learner:
                 status = self._allreduce_status(local_status)
                 if status.stop_requested:
                     reason = f"{self._stop_signal or 'a stop signal to another learner'}"
+                    exit_code = EXIT_STOPPED_BY_SIGNAL
                     break
                 if status.checkpoints_failing:
                     reason = "checkpoints failing"

@@ -5,7 +5,8 @@ from one that went away.
 A client waits for its learner with a log line every few seconds, for at most
 --learner_wait_secs, at start and whenever the learner goes away mid-run (a restarted learner
 resumes from its checkpoint); then it gives up with LearnerUnreachableError (exit 2, for the
-frontend's supervisor to restart it).
+frontend's supervisor to restart it). A learner that answers with another agent (another
+--agent_name, or another --level_name's actions) is AgentMismatchError at once, naming both.
 """
 
 import time
@@ -36,6 +37,10 @@ class LearnerUnreachableError(RuntimeError):
     """The learner did not answer within --learner_wait_secs."""
 
 
+class AgentMismatchError(RuntimeError):
+    """The learner trains another agent than this client's (parameters of other shapes)."""
+
+
 class LearnerLink:
     """The client side of one worker set's transport, seen from `name` (for log lines).
 
@@ -61,6 +66,7 @@ class LearnerLink:
             problem = "no TF server answering"
             if transport.is_serving(self.learner_host):
                 try:
+                    self._check_agent()
                     return self.transport.pull_parameters()
                 except LEARNER_GONE as e:
                     problem = type(e).__name__
@@ -81,6 +87,18 @@ class LearnerLink:
                 )
                 last_log = time.monotonic()
             time.sleep(1.0)
+
+    def _check_agent(self):
+        """Raises AgentMismatchError unless the learner's agent is this client's (the learner's
+        signature: FailedPreconditionError before it initialised)."""
+        theirs, ours = self.transport.learner_signature(), self.transport.agent_signature
+        if theirs != ours:
+            raise AgentMismatchError(
+                f"{self._name}: learner {self.learner_host} trains "
+                f"{transport.signature_summary(theirs)}, this process has "
+                f"{transport.signature_summary(ours)}: give every worker of the set the same "
+                "--agent_name, --level_name, --width and --height"
+            )
 
     def parameters_after_loss(self, error):
         """After a call to the learner failed with `error` (one of LEARNER_GONE): None if the

@@ -6,8 +6,11 @@ Every process of a worker set (the learner, its actors and its evaluator, if any
 (/job:learner/task:0/cpu:0):
 
   - one resource variable per agent parameter, plus `version` (int64, bumped on every publish),
-    `environment_frames` (int64, the training frames of the published parameters) and
-    `finished` (bool, set by the learner before it closes the queue);
+    `environment_frames` (int64, the training frames of the published parameters),
+    `finished` (bool, set by the learner before it closes the queue) and `agent_signature`
+    (string: the learner's agent and its parameters' shapes, which a client compares with its
+    own before it reads any parameter: variables of another agent's shapes would be read as
+    they are, or not be there at all);
   - FIFOQueue(shared_name="unrolls") of unrolls.
 
 Resource variables and the queue are shared between processes by name, so an actor's graph
@@ -54,6 +57,21 @@ def _aborted_error(error):
 # What the learner publishes: its parameters (list of numpy arrays), their version (int, 1 at
 # the first publish) and the environment frames (over all learners) they were trained on.
 Published = collections.namedtuple("Published", ["parameters", "version", "frames"])
+
+
+def signature(agent_description, parameter_specs):
+    """'MLPAgent, 2 actions (6 parameters, 4,610 values): 4x64 64 ...': an agent and the shapes
+    of its parameters (a list of (shape, dtype)), as the learner publishes them."""
+    shapes = [tf.TensorShape(shape).as_list() for shape, _ in parameter_specs]
+    values = sum(int(np.prod(shape)) for shape in shapes)
+    return f"{agent_description} ({len(shapes)} parameters, {values:,} values): " + " ".join(
+        "x".join(map(str, shape)) or "scalar" for shape in shapes
+    )
+
+
+def signature_summary(agent_signature):
+    """A `signature` without its shapes: 'MLPAgent, 2 actions (6 parameters, 4,610 values)'."""
+    return agent_signature.rpartition("): ")[0] + ")"
 
 
 class AddressError(ValueError):
@@ -153,10 +171,22 @@ class Transport:
       parameter_specs: list of (shape, dtype) of the agent's trainable variables, in order.
       unroll_spec: unrolls.UnrollSpec of one unroll.
       queue_capacity: unrolls the queue holds before enqueue blocks.
+      agent_description: names the agent in `agent_signature`, e.g. Agent.describe()'s
+        "MLPAgent, 2 actions".
     """
 
-    def __init__(self, server, job_name, task, parameter_specs, unroll_spec, queue_capacity):
+    def __init__(
+        self,
+        server,
+        job_name,
+        task,
+        parameter_specs,
+        unroll_spec,
+        queue_capacity,
+        agent_description="an agent",
+    ):
         self.unroll_spec = unroll_spec
+        self.agent_signature = signature(agent_description, parameter_specs)
         self._server = server
         self._config = tf.compat.v1.ConfigProto(
             device_filters=["/job:learner/task:0", f"/job:{job_name}/task:{task}"]
@@ -170,8 +200,10 @@ class Transport:
             self._version = tf.Variable(tf.constant(0, tf.int64), name="parameter_version")
             self._frames = tf.Variable(tf.constant(0, tf.int64), name="environment_frames")
             self._finished = tf.Variable(False, name="training_finished")
+            # Initialised by the learner alone, so to the learner's signature.
+            self._signature = tf.Variable(self.agent_signature, name="agent_signature")
             self._init = tf.compat.v1.variables_initializer(
-                self._parameters + [self._version, self._frames, self._finished]
+                self._parameters + [self._version, self._frames, self._finished, self._signature]
             )
             self._queue = tf.queue.FIFOQueue(
                 queue_capacity,
@@ -213,6 +245,7 @@ class Transport:
             self._size = self._queue.size()
             self._mark_finished = self._finished.assign(True)
             self._read_finished = self._finished.read_value()
+            self._read_signature = self._signature.read_value()
             self._close = self._queue.close(cancel_pending_enqueues=True)
         # Unrolls (flat lists of [k, ...] arrays) a timed-out dequeue had taken: the next batch's.
         self._taken = []
@@ -332,3 +365,7 @@ class Transport:
 
     def training_finished(self):
         return bool(self.session.run(self._read_finished))
+
+    def learner_signature(self):
+        """The learner's `agent_signature`; FailedPreconditionError before it initialised."""
+        return self.session.run(self._read_signature).decode()

@@ -17,15 +17,17 @@ UNROLL_SPEC = unrolls.UnrollSpec(
 PARAMETER_SPECS = [((2, 3), tf.float32), ((4,), tf.float32)]
 
 
-def start_worker_set(parameter_specs, unroll_spec):
+def start_worker_set(parameter_specs, unroll_spec, actor_parameter_specs=None):
     """(learner's HOST:PORT, learner, actor): Transports of one worker set with these layouts
-    on new loopback servers, queue of 8."""
+    on new loopback servers, queue of 8; the actor's parameters those of `parameter_specs`
+    unless `actor_parameter_specs` (an actor of another agent) are given."""
     learner_port, actor_port = free_ports(2)
     learner_host = f"127.0.0.1:{learner_port}"
     spec = transport.cluster_spec(learner_host, [f"127.0.0.1:{actor_port}"])
     servers = [transport.start_server(spec, "learner", 0), transport.start_server(spec, "actor", 0)]
     learner = transport.Transport(servers[0], "learner", 0, parameter_specs, unroll_spec, 8)
-    actor = transport.Transport(servers[1], "actor", 0, parameter_specs, unroll_spec, 8)
+    actor_specs = actor_parameter_specs or parameter_specs
+    actor = transport.Transport(servers[1], "actor", 0, actor_specs, unroll_spec, 8)
     return learner_host, learner, actor
 
 

@@ -25,8 +25,8 @@ import numpy as np
 from absl import app, flags
 
 import config as config_lib
-import experiment
 import host_tuning
+import roles
 from bench import cluster, stages
 from frontend import launcher
 from tools import local_cluster
@@ -82,7 +82,7 @@ def main(argv):
     config = config_lib.from_flags(FLAGS)
     pools = host_tuning.thread_pools(config, "learner", hvd.size(), actors_on_host=True)
     host_tuning.size_thread_pools(pools)
-    agent, observation_spec, num_actions, _ = experiment.build_agent(config)
+    agent, observation_spec, num_actions, _ = roles.build_agent(config)
     rates = {}
     for name, xla in (("plain", False), ("xla", True)):
         step, trained_per_call = stages.learner_step(

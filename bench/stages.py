@@ -50,9 +50,9 @@ import tensorflow as tf
 
 import config as config_lib
 import environments
-import experiment
 import host_tuning
 import replay
+import roles
 import train_step
 from actor import create_env
 from tools import random_unrolls
@@ -151,7 +151,7 @@ def inference_with_threads(config, pools, candidates, window_secs, repeats):
     """{(batch, jit_compile): _inference's figures} of `candidates`, timed with TF's thread
     `pools` (host_tuning.thread_pools). Run it in a fresh process."""
     host_tuning.size_thread_pools(pools)
-    agent, _, _, _ = experiment.build_agent(config)
+    agent, _, _, _ = roles.build_agent(config)
     env = create_env(config, "bench")
     try:
         env_output = env.initial()
@@ -191,7 +191,7 @@ def learner_with_threads(config, pools, window_secs, repeats):
     """_learner's figures of `config`'s batch step with TF's thread `pools`, without Horovod.
     Run it in a fresh process."""
     host_tuning.size_thread_pools(pools)
-    agent, observation_spec, num_actions, _ = experiment.build_agent(config)
+    agent, observation_spec, num_actions, _ = roles.build_agent(config)
     hvd = train_step.SingleProcess
     return _learner(config, hvd, agent, observation_spec, num_actions, window_secs, repeats)
 
@@ -436,7 +436,7 @@ def _timed_learner(config, xla, pools, window_secs):
     first call in a process sizes its thread `pools` and builds the step, later calls reuse it."""
     if not _learner_state:
         host_tuning.size_thread_pools(pools)
-        agent, observation_spec, num_actions, _ = experiment.build_agent(config)
+        agent, observation_spec, num_actions, _ = roles.build_agent(config)
         _learner_state["step"] = learner_step(
             config, train_step.SingleProcess, agent, observation_spec, num_actions, xla
         )
@@ -453,7 +453,7 @@ def _timed_inference(config, pools, batch, jit_compile, window_secs):
     if not _inference_state:
         if pools is not None:
             host_tuning.size_thread_pools(pools)
-        agent, _, _, _ = experiment.build_agent(config)
+        agent, _, _, _ = roles.build_agent(config)
         env = create_env(config, "bench")
         try:
             _inference_state.update(agent=agent, env_output=env.initial())

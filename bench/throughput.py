@@ -54,7 +54,7 @@ from absl import app, flags
 import config as config_lib
 from bench import cluster, learner_ranks
 from bench import stages as stages_lib
-from experiment import build_agent
+from roles import build_agent
 from tools import local_cluster, summary_reader
 
 flags.DEFINE_integer("actors", 2, "Actors (over all learners) of the default configuration.")

@@ -10,8 +10,8 @@ import pytest
 
 import actor
 import config as config_lib
-import experiment
 import learner_link
+import roles
 from tests.loopback_transport import start_worker_set
 
 UNROLL_LENGTH = 6
@@ -52,8 +52,8 @@ def test_an_actor_loads_new_parameters_every_refresh_steps_inside_an_unroll(
         num_envs_per_actor=NUM_ENVS,
         parameter_refresh_steps=refresh_steps,
     )
-    agent, observation_spec, num_actions, _ = experiment.build_agent(config)
-    unroll_spec = experiment._unroll_spec(config, agent, observation_spec, num_actions)
+    agent, observation_spec, num_actions, _ = roles.build_agent(config)
+    unroll_spec = roles.unroll_spec(config, agent, observation_spec, num_actions)
     parameter_specs = [(v.shape, v.dtype) for v in agent.trainable_variables]
     learner_host, learner_side, actor_side = start_worker_set(parameter_specs, unroll_spec)
     learner_side.initialize()

@@ -15,14 +15,14 @@ import checkpointing
 import config
 import environments
 import train_step
-from experiment import build_agent
+from roles import build_agent
 from tests.training_settings import CARTPOLE_SETTINGS
 
 CARTPOLE = config.Config(**CARTPOLE_SETTINGS)
 
 
 def build(agent_name="MLPAgent", num_actions=None, observation_shape=None):
-    """The agent experiment.build_agent makes for CartPole, or `agent_name` with another number
+    """The agent roles.build_agent makes for CartPole, or `agent_name` with another number
     of actions or observation shape (built the same way: its variables created by one call)."""
     if num_actions is None and observation_shape is None:
         return build_agent(dataclasses.replace(CARTPOLE, agent_name=agent_name))[0]

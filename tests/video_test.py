@@ -12,7 +12,7 @@ import checkpointing
 import config
 import environments
 import video
-from experiment import build_agent
+from roles import build_agent
 from tests.training_settings import CARTPOLE, CARTPOLE_SETTINGS
 
 COLORS = np.array([[255, 0, 0], [0, 255, 0], [0, 0, 255], [255, 255, 255]], np.uint8)

@@ -296,8 +296,8 @@ class Config:
     eval_games: int = setting(5, "Full games of each evaluation.", lower_bound=1)
     eval_video_every: int = setting(
         5,
-        "The evaluator records the first game of every this many evaluations as an MP4 in "
-        "<logdir>/videos; 0: none.",
+        "The evaluator records the first game of its first evaluation and of every this many "
+        "evaluations as an MP4 in <logdir>/videos; 0: none.",
         lower_bound=0,
     )
 

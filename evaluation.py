@@ -11,8 +11,8 @@ learners) it takes the newest parameters and plays --eval_games games with them,
 with the parameters that end training. Their returns go to TensorBoard under <logdir>/eval (a
 run of its own beside the learner's), at the frames those parameters were trained on:
 eval/return_mean, eval/return_std, eval/game_frames (mean frames a game) and
-eval/parameter_version. With --eval_video_every=K one game of every K-th evaluation is
-recorded to <logdir>/videos (video.py).
+eval/parameter_version. With --eval_video_every=K the first game of the first evaluation and of
+every K-th one is recorded to <logdir>/videos (video.py).
 """
 
 import concurrent.futures
@@ -45,6 +45,13 @@ def create_env(config, screens=False):
         sticky_actions=config.sticky_actions,
         screens=screens,
     )
+
+
+def records_video(evaluation, every):
+    """Whether the `evaluation`-th evaluation (counted from 1) records its first game: with
+    `every` (--eval_video_every) > 0, every `every`-th one and the first, so that a new run
+    shows a video minutes after it starts."""
+    return every > 0 and (evaluation == 1 or evaluation % every == 0)
 
 
 class GamePlayer:
@@ -161,9 +168,8 @@ class Evaluator:
             variable.assign(value)
         self._evaluations += 1
         games = self._config.eval_games
-        every = self._config.eval_video_every
         results = []
-        if every and self._evaluations % every == 0:  # its first game recorded
+        if records_video(self._evaluations, self._config.eval_video_every):
             recorder = video.GameRecorder(
                 os.path.join(self._config.logdir, VIDEO_SUBDIR),
                 self._config.level_name,

@@ -10,6 +10,6 @@ ssh_connections  the SSH connections to remote hosts, opened once per host
 following        --follow: the learners' log printed while the run is supervised
 supervisor       watches the workers and restarts the ones that exit early
 stopping         stops what a run's state file records
-run_state        what a run started, on disk, so that --stop and --resume find it
+run_state        what a run started, on disk: --stop finds it, a second run in its logdir is refused
 console          what the frontend prints for a person
 """

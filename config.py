@@ -275,7 +275,7 @@ class Config:
     learner_wait_secs: int = setting(
         600,
         "How long an actor waits for its learner (at start and after losing it) before giving up "
-        "(exit 2: the frontend's supervisor restarts it); a learner waits at least as long for "
+        "(exit 7: the frontend's supervisor restarts it); a learner waits at least as long for "
         "its first batch.",
         lower_bound=1,
     )

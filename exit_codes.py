@@ -16,6 +16,19 @@ EXIT_STARVED = 3  # some learner got no batch from its actors for --batch_timeou
 EXIT_STUCK = 4  # a step took longer than --step_timeout_secs (see step_watchdog.py).
 EXIT_CHECKPOINTS_FAILING = 5  # --max_failed_checkpoints checkpoints in a row were not written.
 EXIT_STOPPED_BY_SIGNAL = 6  # SIGTERM or SIGINT (e.g. a scheduler's preemption), after saving.
+# An actor or the evaluator gave up on its learner (gone, not answering, or its parameters still)
+# after --learner_wait_secs: restarted, it waits for the learner again, which may be back.
+EXIT_LEARNER_LOST = 7
+
+# Why a worker ended, by its status, as the supervisor says it.
+MEANINGS = {
+    EXIT_BAD_INPUT: "bad input, which a restart cannot mend",
+    EXIT_STARVED: "no batch from the actors for --batch_timeout_secs",
+    EXIT_STUCK: "a learner step stuck for --step_timeout_secs",
+    EXIT_CHECKPOINTS_FAILING: "--max_failed_checkpoints checkpoints in a row not written",
+    EXIT_STOPPED_BY_SIGNAL: "stopped by a signal before its frame budget (preempted?)",
+    EXIT_LEARNER_LOST: "gave up on its learner after --learner_wait_secs",
+}
 
 
 def parse_flags(argv, flag_values=flags.FLAGS):

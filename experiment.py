@@ -119,14 +119,16 @@ def main(argv):
         return roles.train_actor(config, cluster, FLAGS.task)
     except roles.BAD_INPUT_ERRORS as e:
         return _refuse(e)
+    except roles.LEARNER_LOST_ERRORS as e:
+        return _refuse(e, exit_codes.EXIT_LEARNER_LOST)
 
 
-def _refuse(error):
-    """One line for bad input, naming this process ('learner 0', 'actor 2', '--mode=test');
-    returns the exit status."""
+def _refuse(error, status=exit_codes.EXIT_BAD_INPUT):
+    """One line for bad input (or a learner given up on), naming this process ('learner 0',
+    'actor 2', '--mode=test'); returns the exit status."""
     role = "--mode=test" if FLAGS.mode == "test" else f"{FLAGS.job_name} {FLAGS.task}"
     print(f"experiment.py ({role}): error: {error}", file=sys.stderr)
-    return exit_codes.EXIT_BAD_INPUT
+    return status
 
 
 def exit_status(system_exit):

@@ -4,9 +4,10 @@ from one that went away.
 
 A client waits for its learner with a log line every few seconds, for at most
 --learner_wait_secs, at start and whenever the learner goes away mid-run (a restarted learner
-resumes from its checkpoint); then it gives up with LearnerUnreachableError (exit 2, for the
-frontend's supervisor to restart it). A learner that answers with another agent (another
---agent_name, or another --level_name's actions) is AgentMismatchError at once, naming both.
+resumes from its checkpoint); then it gives up with LearnerUnreachableError
+(exit_codes.EXIT_LEARNER_LOST, for the frontend's supervisor to restart it). A learner that
+answers with another agent (another --agent_name, or another --level_name's actions) is
+AgentMismatchError at once, naming both.
 """
 
 import time

@@ -38,12 +38,14 @@ BAD_INPUT_ERRORS = (
     agents.UnknownAgentError,
     environments.UnknownEnvironmentError,
     checkpointing.CheckpointError,
-    LearnerUnreachableError,
     AgentMismatchError,
     replay.ReplayTooLargeError,
     DivergedError,
     logdir_lock.LogdirLockedError,
 )
+# An actor or the evaluator that gave up on its learner: one line, and
+# exit_codes.EXIT_LEARNER_LOST, for the supervisor to restart it (the learner may be back).
+LEARNER_LOST_ERRORS = (LearnerUnreachableError,)
 
 
 def build_agent(config):

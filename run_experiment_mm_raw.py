@@ -33,6 +33,7 @@ import sys
 from absl import app, flags
 
 import config as config_lib
+import exit_codes
 from frontend import run, supervisor
 from frontend.options import Options
 
@@ -108,13 +109,13 @@ flags.DEFINE_float(
 
 
 def main(argv):
-    if len(argv) > 1:
-        raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
+    del argv  # exit_codes.parse_flags refuses positional arguments.
     sys.exit(run.main(Options.from_flags(FLAGS)))
 
 
 def cli():
-    app.run(main)
+    """Bad flags exit exit_codes.EXIT_BAD_INPUT, as the workers' and the rest of bad input."""
+    app.run(main, flags_parser=exit_codes.parse_flags)
 
 
 if __name__ == "__main__":

@@ -13,7 +13,9 @@ def follow(plan, clients, state, workers, signals, console, options):
 
     Returns the frontend's exit code: 0 when training finished or --stop stopped the run (or on
     Ctrl-C: the run goes on, unsupervised); 1 when a worker spent its restart budget or something
-    other than --stop ended the run; 128 + N when signal N (SIGTERM, SIGHUP) stopped the run.
+    other than --stop ended the run; a worker's own status when a restart cannot mend it
+    (exit_codes.EXIT_BAD_INPUT, EXIT_CHECKPOINTS_FAILING); 128 + N when signal N (SIGTERM,
+    SIGHUP) stopped the run.
     """
     if signals.received is None:
         result = _supervise(plan, clients, state, signals, console, options)
@@ -34,6 +36,7 @@ def _supervise(plan, clients, state, signals, console, options):
         return supervisor.Supervisor(
             clients=clients,
             learners=plan.learners,
+            logdir=options.logdir,
             mpirun=plan.mpirun,
             remote_pids={entry["name"]: entry["pid"] for entry in state["remote"]},
             run_id=state["run_id"],
@@ -71,10 +74,10 @@ def finish(result, workers, console, options):
     elif outcome is supervisor.Outcome.TERMINATED:
         console.warn(f"{result.message} received: stopping the whole run.")
         code = 128 + result.signal
-    else:
+    else:  # GAVE_UP, NOT_RESTARTABLE
         console.warn(f"ERROR: {result.message.rstrip()}")
         console.warn("Stopping the whole run.")
-        code = 1
+        code = result.status or 1
     if not stopping.stop_recorded_run(workers, console, options):
         code = code or 1
     return code

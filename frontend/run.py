@@ -1,6 +1,8 @@
 """The frontend's two commands, from checked input to exit code: start a run (plan, start, follow)
-or stop the recorded one (--stop). Exit codes: 0 done, 1 the run failed, 2 bad input (nothing
-started), 128 + N stopped by signal N while following."""
+or stop the recorded one (--stop). Exit codes: 0 done, 1 the run failed, 2
+(exit_codes.EXIT_BAD_INPUT) bad input: nothing started, or while following a worker refused its
+input; 5 (EXIT_CHECKPOINTS_FAILING) while following the learners could not write checkpoints;
+128 + N stopped by signal N while following."""
 
 import datetime
 import os
@@ -12,6 +14,7 @@ import uuid
 
 import config as config_lib
 import environments
+import exit_codes
 from frontend import (
     following,
     launcher,
@@ -39,7 +42,7 @@ def main(options):
     except workers_csv.CsvError as e:
         console.add_secrets(e.secrets)
         console.warn(e)
-        return 2
+        return exit_codes.EXIT_BAD_INPUT
     except Exception:
         console.warn(traceback.format_exc())
         return 1
@@ -71,7 +74,7 @@ def launch_main(console, options):
         _check_level(options.level_name)
     except config_lib.ConfigError as e:
         console.warn(e)
-        return 2
+        return exit_codes.EXIT_BAD_INPUT
     worker_sets = workers_csv.load_worker_sets(options.workers_csv_path)
     workers = [w for ws in worker_sets for w in ws.workers]
     _register_passwords(workers, options.workers_csv_path, console)
@@ -79,7 +82,7 @@ def launch_main(console, options):
         config_lib.learner_minibatch_unrolls(options.minibatch_unrolls, len(worker_sets))
     except config_lib.ConfigError as e:
         console.warn(f"{options.workers_csv_path}: {e}")
-        return 2
+        return exit_codes.EXIT_BAD_INPUT
     run_id = f"{datetime.datetime.now():%Y%m%d-%H%M%S}-{uuid.uuid4().hex[:8]}"
     local = launcher.Place(sys.executable, os.path.abspath(options.repo_dir))
     plan = _plan(worker_sets, run_id, local, options)
@@ -90,7 +93,7 @@ def launch_main(console, options):
     problems = _preflight_problems(local, options)
     if problems:
         console.warn("Not starting: " + "; ".join(problems) + ".")
-        return 2
+        return exit_codes.EXIT_BAD_INPUT
     # While it follows, the frontend answers SIGTERM/SIGHUP by stopping the run: from here on,
     # so that a run being started is stopped too.
     signals = supervisor.Signals((signal.SIGTERM, signal.SIGHUP)) if options.follow else None

@@ -13,6 +13,14 @@ file) after a backoff of --restart_backoff_secs, doubling with each restart stil
 start (rank 0 restores and broadcasts) and the actors and evaluators reconnect to restarted
 learners by themselves (for up to --learner_wait_secs). Each restart is one line with its cause.
 
+A worker whose exit status says a restart cannot mend it (exit_codes.py) is not restarted:
+supervision ends with NOT_RESTARTABLE, naming it and the end of its log, and its status becomes
+the frontend's: EXIT_BAD_INPUT (a locked --logdir, an actor of another agent, training that
+diverged) and the learners' EXIT_CHECKPOINTS_FAILING (a full or unwritable disk fails again).
+Learners stopped by a signal before their frame budget (EXIT_STOPPED_BY_SIGNAL, a scheduler's
+preemption) are restarted like any failed worker, unless the stop was the user's (--stop, or a
+signal to the frontend): then supervision ends as STOPPED, INTERRUPTED or TERMINATED first.
+
 Restarts are bounded: a worker that fails again after --max_restarts restarts within the last
 --restart_window_secs has spent its budget, and supervision ends with GAVE_UP and a message
 naming the worker, its host, how it ended and the end of its log; the frontend then tears the
@@ -41,6 +49,7 @@ import re
 import signal
 import time
 
+import exit_codes
 from frontend import launcher, run_state
 
 MAX_BACKOFF_SECS = 60.0
@@ -64,6 +73,7 @@ class RestartPolicy:
 class Outcome(enum.Enum):
     FINISHED = "finished"
     GAVE_UP = "gave up"
+    NOT_RESTARTABLE = "not restartable"
     STOPPED = "stopped"
     STOPPED_ELSEWHERE = "stopped elsewhere"
     INTERRUPTED = "interrupted"
@@ -75,6 +85,7 @@ class Result:
     outcome: Outcome
     message: str = ""
     signal: int | None = None  # INTERRUPTED, TERMINATED: the signal received.
+    status: int | None = None  # NOT_RESTARTABLE: the worker's exit status, the frontend's too.
 
 
 class Signals:
@@ -107,7 +118,9 @@ class Signals:
 
 
 def describe_exit(status):
-    """'exited with status 3', 'was killed by signal 9 (SIGKILL)', or `status` if a string."""
+    """'exited with status 3, no batch from the actors for --batch_timeout_secs' (the meaning
+    of the roles' statuses, exit_codes.MEANINGS), 'was killed by signal 9 (SIGKILL)', or `status`
+    if a string."""
     if isinstance(status, str):
         return status
     if status < 0:
@@ -116,7 +129,8 @@ def describe_exit(status):
         except ValueError:
             name = ""
         return f"was killed by signal {-status}{name}"
-    return f"exited with status {status}"
+    meaning = exit_codes.MEANINGS.get(status)
+    return f"exited with status {status}" + (f", {meaning}" if meaning else "")
 
 
 @dataclasses.dataclass(eq=False)
@@ -141,6 +155,7 @@ class Supervisor:
       clients: the launcher.Launch objects of the actors and evaluators that started (the
         supervised ones).
       learners: the learners' launcher.Launch objects (the ranks of the mpirun, in order).
+      logdir: the run's --logdir (named when the learners cannot write their checkpoints).
       mpirun: the learners' job, a launcher.Launch (the mpirun in tmux window 'learners').
       remote_pids: {launch name: PID} of the remote actors and evaluators.
       run_id: the run's id (checked in the run-state file and in remote PIDs' environment).
@@ -164,6 +179,7 @@ class Supervisor:
         *,
         clients,
         learners,
+        logdir,
         mpirun,
         remote_pids,
         run_id,
@@ -189,6 +205,7 @@ class Supervisor:
             dict.fromkeys("this host" if r.worker.is_local else r.worker.ip for r in learners)
         )
         self._learners = _Watched(mpirun, f"mpirun on this host; ranks on {hosts}")
+        self._logdir = logdir
         self._run_id = run_id
         self._launch_dir = launch_dir
         self._server = tmux_server
@@ -333,7 +350,10 @@ class Supervisor:
     # Failures and restarts.
 
     def _failed(self, worker, status):
-        """Schedules the restart of a failed worker, or returns GAVE_UP if its budget is spent."""
+        """Schedules the restart of a failed worker, or returns NOT_RESTARTABLE if its status
+        says a restart cannot mend it, or GAVE_UP if its budget is spent."""
+        if status in (exit_codes.EXIT_BAD_INPUT, exit_codes.EXIT_CHECKPOINTS_FAILING):
+            return self._not_restartable(worker, status)
         now = self._clock()
         while worker.restarts and now - worker.restarts[0] > self._policy.window_secs:
             worker.restarts.popleft()
@@ -351,7 +371,22 @@ class Supervisor:
         )
         return None
 
+    def _not_restartable(self, worker, status):
+        """NOT_RESTARTABLE, naming the worker, why a restart cannot help and its log's end."""
+        if status == exit_codes.EXIT_CHECKPOINTS_FAILING:
+            why = (
+                "The learners could not write checkpoints (--max_failed_checkpoints in a row): "
+                f"is the disk of {self._logdir} full or unwritable? Not restarting them"
+            )
+        else:
+            why = f"{self._name(worker)} {describe_exit(status)}: not restarting it"
+        whose = "their" if worker is self._learners else "its"
+        tail = f"The end of {whose} log {worker.launch.log_path}:\n{self._log_tail(worker)}"
+        return Result(Outcome.NOT_RESTARTABLE, f"{why}. {tail}", status=status)
+
     def _restart(self, worker):
+        if self._signals.received is not None:  # The user's stop comes before any restart.
+            return self._signalled()
         launch = worker.launch
         with run_state.locked(self._launch_dir):
             gone = self._run_gone_locked()

@@ -34,3 +34,10 @@ def test_a_run_ended_by_something_else_than_stop_is_an_error_naming_what_is_gone
         "The run was ended from elsewhere: tmux session 'impala' is gone. Not supervising it.\n"
         "Stop what may be left of it with --stop.\n",
     )
+
+
+def test_a_worker_a_restart_cannot_mend_ends_the_run_with_its_status(tmp_path, capsys):
+    result = Result(Outcome.NOT_RESTARTABLE, "The learners could not write checkpoints", status=5)
+    code, out, err = finish(tmp_path, result, capsys)
+    assert code == 5
+    assert err == "ERROR: The learners could not write checkpoints\nStopping the whole run.\n"

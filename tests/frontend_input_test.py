@@ -13,6 +13,7 @@ import shutil
 import libtmux
 import pytest
 
+from exit_codes import EXIT_BAD_INPUT
 from tests import netns_sshd
 from tests.frontend_runs import frontend, local_csv, write_csv
 from tools.local_cluster import free_ports
@@ -169,6 +170,21 @@ def test_invalid_csv_is_reported_and_starts_nothing(tmp_path, tmux_socket, rows,
     assert out == ""  # Not even a plan.
     assert not libtmux.Server(socket_name=tmux_socket).is_alive()
     assert not (tmp_path / "launch").exists()
+
+
+@pytest.mark.parametrize(
+    "flag, message",
+    [
+        ("--max_restarts=-1", "flag --max_restarts=-1: -1 is not a non-negative integer"),
+        ("--no_such_flag=1", "Unknown command line flag 'no_such_flag'"),
+        ("--dry_run extra", "unexpected arguments ['extra'] (flags are --name=value)"),
+    ],
+)
+def test_a_bad_flag_exits_with_the_status_of_bad_input_in_one_line(tmp_path, flag, message):
+    """As the workers' (exit_codes.parse_flags): not absl's exit 1, the status of a crash."""
+    code, out, err = frontend(f"--logdir={tmp_path}", *flag.split())
+    assert (code, out) == (EXIT_BAD_INPUT, ""), out + err
+    assert err.startswith("run_experiment_mm_raw.py: error: ") and message in err, err
 
 
 def test_a_level_that_cannot_be_made_here_is_refused_naming_the_flag(tmp_path):

@@ -309,7 +309,8 @@ def test_follow_restarts_an_actor_that_gave_up_on_its_killed_learner(
     learner.kill()
 
     following.wait_for(
-        r"\] actor-0-0 \(this host\) exited with status 2: restarting it in 30 s \(restart 1; ",
+        r"\] actor-0-0 \(this host\) exited with status 7, gave up on its learner after "
+        r"--learner_wait_secs: restarting it in 30 s \(restart 1; ",
         180,
     )
     assert following.wait(900) == 0, following.out()[-5000:] + following.err()

@@ -13,6 +13,7 @@ import types
 
 import pytest
 
+import exit_codes
 from frontend import launcher, run_state, supervisor
 from frontend.supervisor import Outcome, RestartPolicy, Result
 from tests import frontend_fakes
@@ -20,6 +21,8 @@ from tests.frontend_fakes import RUN_ID, FakeTmux
 
 START = 1000.0  # The fake clock's time when supervision starts.
 SESSION = "impala"
+LOGDIR = "/data/runs/pong"
+GAVE_UP_ON_LEARNER = "exited with status 7, gave up on its learner after --learner_wait_secs"
 DEFAULTS = RestartPolicy()  # --restart_backoff_secs=5, --max_restarts=5, --restart_window_secs=600
 LEARNER, ACTOR_0, ACTOR_1 = (
     "learner,localhost,8001,,,,",
@@ -173,6 +176,7 @@ class Run:
         defaults = {
             "clients": self.plan.clients,
             "learners": self.plan.learners,
+            "logdir": LOGDIR,
             "mpirun": self.plan.mpirun,
             "remote_pids": self.pids,
             "run_id": RUN_ID,
@@ -216,7 +220,9 @@ def run(tmp_path, monkeypatch):
     "status, description",
     [
         (0, "exited with status 0"),
-        (3, "exited with status 3"),
+        (1, "exited with status 1"),
+        (3, "exited with status 3, no batch from the actors for --batch_timeout_secs"),
+        (7, "exited with status 7, gave up on its learner after --learner_wait_secs"),
         (-9, "was killed by signal 9 (SIGKILL)"),
         (-15, "was killed by signal 15 (SIGTERM)"),
         (-200, "was killed by signal 200"),
@@ -312,13 +318,13 @@ def test_max_restarts_0_gives_up_at_the_first_failure(run):
 
 def test_an_actor_that_exits_0_is_not_restarted_and_the_run_goes_on(run):
     run.end(0.5, "actor-0-0", status=0)
-    run.end(3.5, "actor-0-1", status=2)
+    run.end(3.5, "actor-0-1", status=1)
     run.end(20, "learners")
 
     assert run.supervise() == Result(Outcome.FINISHED)
     assert run.console.lines == [
         (1, "actor-0-0 (this host) exited with status 0: not restarted."),
-        (4, restart_line("actor-0-1 (this host)", "exited with status 2", 5, 1, 1)),
+        (4, restart_line("actor-0-1 (this host)", "exited with status 1", 5, 1, 1)),
     ]
     assert run.restarts() == [(9, "actor-0-1")]
 
@@ -397,6 +403,91 @@ def test_the_learners_mpirun_is_restarted_by_the_same_script_naming_the_rank_tha
     script = shlex.quote(run.plan.mpirun.script_path)
     respawn = ("respawn-window", "-k", "-t", f"{SESSION}:learners", f"exec bash {script}")
     assert [c for c in run.tmux.commands if c[0] == "respawn-window"] == [respawn, respawn]
+
+
+# What the exit statuses of the roles (exit_codes.py) ask of the supervisor.
+
+LEARNERS = "learners (mpirun on this host; ranks on this host)"
+
+
+def test_an_actor_that_gave_up_on_its_learner_is_restarted_saying_so(run):
+    run.end(0.5, "actor-0-0", status=exit_codes.EXIT_LEARNER_LOST)
+    run.end(20, "learners")
+
+    assert run.supervise() == Result(Outcome.FINISHED)
+    cause = GAVE_UP_ON_LEARNER
+    assert run.console.lines == [(1, restart_line("actor-0-0 (this host)", cause, 5, 1, 1))]
+    assert run.restarts() == [(6, "actor-0-0")]
+
+
+def test_learners_stopped_by_a_signal_before_their_budget_are_restarted_as_preempted(run):
+    run.end(2.5, "learners", status=exit_codes.EXIT_STOPPED_BY_SIGNAL)
+    run.end(20, "learners")
+
+    assert run.supervise() == Result(Outcome.FINISHED)
+    cause = "exited with status 6, stopped by a signal before its frame budget (preempted?)"
+    assert run.console.lines == [(3, restart_line(LEARNERS, cause, 5, 1, 1))]
+    assert run.restarts() == [(8, "learners")]
+
+
+@pytest.mark.parametrize(
+    "stop, outcome",
+    [("--stop", Outcome.STOPPED), ("SIGTERM", Outcome.TERMINATED), ("SIGINT", Outcome.INTERRUPTED)],
+)
+def test_learners_stopped_by_a_signal_the_user_asked_for_are_not_restarted(run, stop, outcome):
+    """The user's stop (--stop, or a signal to the frontend) reaches the learners before the
+    supervisor sees it: their EXIT_STOPPED_BY_SIGNAL, even with no backoff, restarts nothing."""
+    run.end(2.5, "learners", status=exit_codes.EXIT_STOPPED_BY_SIGNAL)
+
+    def the_user_stops():  # After the statuses are read, before the restart.
+        if run.clock.t != 3:
+            return
+        if stop == "--stop":
+            run_state.remove(run.launch_dir)
+        else:
+            run.signals.received = signal.Signals[stop]
+
+    result = run.supervise(RestartPolicy(backoff_secs=0), on_poll=the_user_stops)
+    assert result.outcome is outcome
+    assert run.clock.t == 3 and run.restarts() == []
+
+
+def test_learners_that_cannot_write_checkpoints_end_the_run_naming_the_logdir(run):
+    with open(run.plan.mpirun.log_path, "w") as f:
+        f.write("checkpoint not written: No space left on device\n")
+    run.end(2.5, "learners", status=exit_codes.EXIT_CHECKPOINTS_FAILING)
+
+    result = run.supervise()
+    assert result == Result(
+        Outcome.NOT_RESTARTABLE,
+        "The learners could not write checkpoints (--max_failed_checkpoints in a row): is the "
+        f"disk of {LOGDIR} full or unwritable? Not restarting them. The end of their log "
+        f"{run.plan.mpirun.log_path}:\ncheckpoint not written: No space left on device\n",
+        status=exit_codes.EXIT_CHECKPOINTS_FAILING,
+    )
+    assert run.clock.t == 3 and run.restarts() == [] and run.console.lines == []
+
+
+@pytest.mark.parametrize("name", ["actor-0-1", "learners"])
+def test_a_worker_that_refused_its_input_ends_the_run_naming_it(run, name):
+    """A locked --logdir, an actor of another agent, training that diverged: exit 2 again and
+    again, whatever the restarts."""
+    log = run.launches[name].log_path
+    with open(log, "w") as f:
+        f.write("experiment.py (actor 1): error: actor 1: learner trains another agent\n")
+    run.end(2.5, name, status=exit_codes.EXIT_BAD_INPUT)
+
+    result = run.supervise()
+    where = LEARNERS if name == "learners" else "actor-0-1 (this host)"
+    whose = "their" if name == "learners" else "its"
+    assert result == Result(
+        Outcome.NOT_RESTARTABLE,
+        f"{where} exited with status 2, bad input, which a restart cannot mend: not restarting "
+        f"it. The end of {whose} log {log}:\n"
+        "experiment.py (actor 1): error: actor 1: learner trains another agent\n",
+        status=exit_codes.EXIT_BAD_INPUT,
+    )
+    assert run.restarts() == []
 
 
 # The final evaluation.
@@ -558,7 +649,7 @@ def test_a_killed_remote_actor_is_started_again_over_ssh_and_its_new_pid_recorde
     run = remote_run
     first = run.pids["actor-0-0"]
     run.end(0.5, "actor-0-0", signal=9)
-    run.clock.at(7.5, lambda: run.ssh.exits.update({run.ssh.started[0][2]: 3}))
+    run.clock.at(7.5, lambda: run.ssh.exits.update({run.ssh.started[0][2]: 7}))
     run.end(30, "learners")
 
     assert run.supervise() == Result(Outcome.FINISHED)
@@ -567,7 +658,7 @@ def test_a_killed_remote_actor_is_started_again_over_ssh_and_its_new_pid_recorde
     name = f"actor-0-0 ({LOGIN})"
     assert run.console.lines == [
         (1, restart_line(name, "was killed by signal 9 (SIGKILL)", 5, 1, 1)),
-        (8, restart_line(name, "exited with status 3", 10, 2, 2)),  # The new PID's status.
+        (8, restart_line(name, GAVE_UP_ON_LEARNER, 10, 2, 2)),  # The new PID's status.
     ]
     recorded = {e["name"]: e["pid"] for e in run_state.read(run.launch_dir)["remote"]}
     assert recorded == {"actor-0-0": third, "actor-0-1": run.pids["actor-0-1"]}

@@ -4,8 +4,10 @@ Loop: pull the learner's parameters (one round trip), act T steps on all N envir
 batched inference (one `tf.function` call per step for all envs), push N unrolls (one enqueue).
 With --parameter_refresh_steps=k the actor also pulls the newest parameters every k steps
 inside an unroll.
-Waiting for the learner, reconnecting to a restarted one and giving up are learner_link.py's;
-the actor exits 0 when the learner closes the queue at the end of training.
+Waiting for the learner, reconnecting to a restarted one and giving up are learner_link.py's
+(a learner whose parameters stay still for --learner_wait_secs while the actor's unrolls wait
+is given up on too: learner_link.StallWatch); the actor exits 0 when the learner says it
+reached its frame budget.
 """
 
 import time
@@ -18,7 +20,7 @@ from absl import logging
 import environments
 import unrolls
 from agents import AgentOutput
-from learner_link import LEARNER_GONE
+from learner_link import LEARNER_GONE, StallWatch
 
 
 def actor_seed(seed, own_address):
@@ -47,6 +49,7 @@ class Actor:
         self._transport = link.transport
         self._env = env
         self._name = name
+        self._stall = StallWatch(config.learner_wait_secs, name, link.learner_host)
 
     def _load(self, parameters):
         for variable, value in zip(self._parameters, parameters, strict=True):
@@ -59,7 +62,7 @@ class Actor:
         and its enqueue at the round's end deals with a learner that is gone.
         """
         try:
-            published = self._transport.pull_parameters()
+            published = self._transport.pull_parameters(self._stall.call_timeout_secs())
         except LEARNER_GONE:
             return version
         self._load(published.parameters)
@@ -82,6 +85,7 @@ class Actor:
         )
         parameters, version, _ = self._link.wait_for_parameters()
         logging.info("%s: connected to learner %s", self._name, self._link.learner_host)
+        self._stall.restart()
         refresh_steps = self._config.parameter_refresh_steps
         rounds_sent, last_log, steps_at_log = 0, time.monotonic(), 0
         while True:
@@ -105,13 +109,18 @@ class Actor:
                 parameter_version=np.full([num_envs], round(np.mean(versions)), np.int64),
             )
             try:
-                self._transport.enqueue(tf.nest.flatten(unroll))
-                parameters, version, _ = self._transport.pull_parameters()
+                self._transport.enqueue(tf.nest.flatten(unroll), self._stall.call_timeout_secs())
+                parameters, version, _ = self._transport.pull_parameters(
+                    self._stall.call_timeout_secs()
+                )
             except LEARNER_GONE as e:
+                self._stall.check()
                 published = self._link.parameters_after_loss(e)
                 if published is None:
                     return 0
                 parameters, version, _ = published
+                self._stall.restart()
+            self._stall.saw(version)
             rounds_sent += 1  # one unroll of each environment
             if time.monotonic() - last_log >= self._LOG_EVERY_SECS:
                 steps = rounds_sent * num_envs * self._config.unroll_length

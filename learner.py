@@ -37,7 +37,10 @@ A checkpoint that cannot be written is one logged line, and training goes on (ch
 after --max_failed_checkpoints of them in a row every learner stops at the next step with
 EXIT_CHECKPOINTS_FAILING. SIGTERM or SIGINT to any learner (a scheduler's preemption, Ctrl-C)
 stops every learner after its step, with a final checkpoint, and EXIT_STOPPED_BY_SIGNAL: a
-learner stopped before its frame budget never exits 0, the status of a finished training.
+learner stopped before its frame budget never exits 0, the status of a finished training, and
+only a learner that reached its budget tells its actors that training is over (they exit 0;
+the others' actors wait for the learners' restart). A batch wait that ends empty when the
+learner was itself stopped or frozen (heartbeat.py) blames no actor: it starts again.
 
 Rank 0 alone writes checkpoints, logs progress and writes TensorBoard summaries (progress.py).
 The step itself (loss, gradients, optimizer) is train_step.py; the prefetch thread prefetch.py.
@@ -63,6 +66,7 @@ from exit_codes import (
     EXIT_STOPPED_BY_SIGNAL,
     EXIT_STUCK,
 )
+from heartbeat import Heartbeat
 from prefetch import BatchPrefetcher
 from step_watchdog import Watchdog
 
@@ -209,6 +213,8 @@ class Learner:
         )
         reason, exit_code, steps, own_frames = "frame budget reached", 0, 0, 0
         watchdog = Watchdog(f"{self._log_prefix} step", EXIT_STUCK)
+        heart = Heartbeat()
+        heart.start()
         save_at_end = self._is_chief
         try:
             while int(self._frames.numpy()) < config.total_environment_frames:
@@ -218,12 +224,7 @@ class Learner:
                 first = not steps and config.learner_wait_secs > config.batch_timeout_secs
                 timeout_flag = "learner_wait_secs" if first else "batch_timeout_secs"
                 timeout = config.learner_wait_secs if first else config.batch_timeout_secs
-                if config.step_timeout_secs > 0:
-                    watchdog.expect_within(
-                        timeout + config.step_timeout_secs,
-                        f"--{timeout_flag} + --step_timeout_secs",
-                    )
-                batch = prefetcher.get(timeout, lambda: self._stop_signal)
+                batch = self._next_batch(prefetcher, watchdog, heart, timeout, timeout_flag)
                 unroll = self._transport.unroll_spec.pack(batch) if batch is not None else None
                 local_status = self._local_status(unroll)
                 status = self._allreduce_status(local_status)
@@ -270,6 +271,7 @@ class Learner:
             save_at_end = False  # the newest checkpoint stays the last one before the divergence
             raise
         finally:
+            heart.stop()
             watchdog.stop()
             prefetcher.stop()
             if save_at_end:
@@ -285,11 +287,40 @@ class Learner:
             steps,
             parameter_digest(self._parameters),
         )
-        self._transport.finish()
-        # Keep serving a moment so that actors see the closed queue and exit cleanly instead
-        # of waiting for a learner that is gone (after a crash they wait for its restart).
-        time.sleep(_FINISH_GRACE_SECS)
+        if exit_code == 0:
+            # Only a finished training tells the actors it is over (they exit 0); kept serving
+            # a moment so that they see it. A learner stopped before its budget tells them
+            # nothing: they wait for its restart, as after a crash.
+            self._transport.finish()
+            time.sleep(_FINISH_GRACE_SECS)
         return exit_code
+
+    def _next_batch(self, prefetcher, watchdog, heart, timeout, flag):
+        """The next batch; None after `timeout` s (--`flag`) without one, or on a stop signal.
+
+        A wait that ends with no batch when this learner was itself stopped or frozen since its
+        previous wait ended (heart: a heartbeat.py Heartbeat) proves nothing of its actors,
+        which may have sent nothing, or given up, only because this learner stopped answering:
+        it is said, and the wait starts again."""
+        while True:
+            if self._config.step_timeout_secs > 0:
+                watchdog.expect_within(
+                    timeout + self._config.step_timeout_secs, f"--{flag} + --step_timeout_secs"
+                )
+            batch = prefetcher.get(timeout, lambda: self._stop_signal)
+            frozen_secs = heart.frozen_secs()
+            heart.restart()
+            if batch is not None or self._stop_signal or not frozen_secs:
+                return batch
+            logging.warning(
+                "%s no batch in %d s (--%s), but this learner itself was stopped or frozen "
+                "for %.0f s meanwhile (SIGSTOP? a suspended host?): not blaming its actors; "
+                "waiting again",
+                self._log_prefix,
+                timeout,
+                flag,
+                frozen_secs,
+            )
 
     def _check_finite(self, outputs, parameters, step):
         """Raises DivergedError, naming the step, if the loss or the gradient norm of the batch

@@ -7,7 +7,10 @@ A client waits for its learner with a log line every few seconds, for at most
 resumes from its checkpoint); then it gives up with LearnerUnreachableError
 (exit_codes.EXIT_LEARNER_LOST, for the frontend's supervisor to restart it). A learner that
 answers with another agent (another --agent_name, or another --level_name's actions) is
-AgentMismatchError at once, naming both.
+AgentMismatchError at once, naming both. An actor whose learner's parameters stay at one
+version for --learner_wait_secs while its unrolls wait (a learner stopped, frozen or stuck,
+which still holds its port) gives up the same way (StallWatch). Only a learner that reached its
+frame budget says training is over (transport's `finished` flag): the client then exits 0.
 """
 
 import time
@@ -32,6 +35,9 @@ LEARNER_GONE = (
 )
 
 _LOG_EVERY_SECS = 10
+# A call to the learner outlives the stall deadline by this much: when it times out, the
+# parameters have been still for the whole --learner_wait_secs.
+_CALL_MARGIN_SECS = 1.0
 
 
 class LearnerUnreachableError(RuntimeError):
@@ -40,6 +46,53 @@ class LearnerUnreachableError(RuntimeError):
 
 class AgentMismatchError(RuntimeError):
     """The learner trains another agent than this client's (parameters of other shapes)."""
+
+
+class StallWatch:
+    """An actor's watch on its learner's parameter version (`saw` each one it pulls).
+
+    A learner that trains publishes a new version with every batch; one whose version stays put
+    for `wait_secs` while the actor's calls wait on it (a full queue, a learner that answers
+    nothing) is stalled: `check` then raises LearnerUnreachableError, as for a lost learner.
+
+    Args:
+      wait_secs: --learner_wait_secs.
+      name, learner_host: for the error, e.g. "actor 1 (127.0.0.1:9002)", "127.0.0.1:9000".
+      clock: time.monotonic, or a test's fake.
+    """
+
+    def __init__(self, wait_secs, name, learner_host, clock=time.monotonic):
+        self._wait_secs = wait_secs
+        self._name, self._learner_host = name, learner_host
+        self._clock = clock
+        self.restart()
+
+    def restart(self):
+        """(Re)connected: the version's stillness counts from now."""
+        self._version, self._since = None, self._clock()
+
+    def saw(self, version):
+        if version != self._version:
+            self._version, self._since = version, self._clock()
+
+    def still_secs(self):
+        """Seconds since the version last moved (or since `restart`)."""
+        return self._clock() - self._since
+
+    def call_timeout_secs(self):
+        """How long the next call to the learner may wait: past the moment the version will
+        have been still for `wait_secs`."""
+        return max(0.0, self._wait_secs - self.still_secs()) + _CALL_MARGIN_SECS
+
+    def check(self):
+        """Raises LearnerUnreachableError if the version has been still for `wait_secs`."""
+        still = self.still_secs()
+        if still >= self._wait_secs:
+            raise LearnerUnreachableError(
+                f"{self._name}: learner {self._learner_host}'s parameters stayed at version "
+                f"{self._version} for {still:.0f} s (--learner_wait_secs={self._wait_secs}) "
+                "while this actor's unrolls waited: the learner is stopped, frozen or stuck"
+            )
 
 
 class LearnerLink:

@@ -92,6 +92,8 @@ def _cluster_transport(config, agent, observation_spec, num_actions, cluster, jo
         unroll_spec(config, agent, observation_spec, num_actions),
         config.queue_capacity,
         agent.describe(),
+        # A client's calls to its learner: none waits longer than it waits for the learner.
+        call_timeout_secs=None if job_name == "learner" else config.learner_wait_secs,
     )
 
 

@@ -173,6 +173,9 @@ class Transport:
       queue_capacity: unrolls the queue holds before enqueue blocks.
       agent_description: names the agent in `agent_signature`, e.g. Agent.describe()'s
         "MLPAgent, 2 actions".
+      call_timeout_secs: a client's call to the learner that gets no answer in this long
+        fails with DeadlineExceededError (a stopped or frozen learner answers nothing, and an
+        unbounded call would wait for it forever); None: no bound (the learner's own calls).
     """
 
     def __init__(
@@ -184,8 +187,10 @@ class Transport:
         unroll_spec,
         queue_capacity,
         agent_description="an agent",
+        call_timeout_secs=None,
     ):
         self.unroll_spec = unroll_spec
+        self._call_timeout_secs = call_timeout_secs
         self.agent_signature = signature(agent_description, parameter_specs)
         self._server = server
         self._config = tf.compat.v1.ConfigProto(
@@ -339,7 +344,16 @@ class Transport:
 
     # Actor side.
 
-    def pull_parameters(self):
+    def _call_learner(self, fetches, feed_dict=None, timeout_secs=None):
+        """session.run of a client's call to the learner, bounded by `timeout_secs` (else by
+        call_timeout_secs): DeadlineExceededError when it passes."""
+        timeout_secs = timeout_secs or self._call_timeout_secs
+        options = None
+        if timeout_secs is not None:
+            options = tf.compat.v1.RunOptions(timeout_in_ms=max(1, int(1000 * timeout_secs)))
+        return self.session.run(fetches, feed_dict, options=options)
+
+    def pull_parameters(self, timeout_secs=None):
         """The learner's newest Published parameters: (list of numpy arrays, version >= 1,
         environment frames they were trained on).
 
@@ -348,7 +362,7 @@ class Transport:
         the learner's parameters (an actor that acted on them would send unrolls of a uniform
         policy).
         """
-        published = Published(*self.session.run(self._read_parameters))
+        published = Published(*self._call_learner(self._read_parameters, None, timeout_secs))
         if published.version == 0:
             raise tf.errors.FailedPreconditionError(
                 None, None, "the learner has not published its parameters yet"
@@ -357,15 +371,18 @@ class Transport:
 
     def published_frames(self):
         """The environment frames of the newest published parameters (0 before the first)."""
-        return int(self.session.run(self._read_frames))
+        return int(self._call_learner(self._read_frames))
 
-    def enqueue(self, flat_unrolls):
-        """Enqueues a flat list of [N, ...] numpy arrays: N unrolls."""
-        self.session.run(self._enqueue, dict(zip(self._unroll_feeds, flat_unrolls, strict=True)))
+    def enqueue(self, flat_unrolls, timeout_secs=None):
+        """Enqueues a flat list of [N, ...] numpy arrays: N unrolls (waiting while the queue is
+        full, at most `timeout_secs` or call_timeout_secs)."""
+        feeds = dict(zip(self._unroll_feeds, flat_unrolls, strict=True))
+        self._call_learner(self._enqueue, feeds, timeout_secs)
 
     def training_finished(self):
-        return bool(self.session.run(self._read_finished))
+        """Whether the learner reached its frame budget (set by `finish`, by nothing else)."""
+        return bool(self._call_learner(self._read_finished))
 
     def learner_signature(self):
         """The learner's `agent_signature`; FailedPreconditionError before it initialised."""
-        return self.session.run(self._read_signature).decode()
+        return self._call_learner(self._read_signature).decode()

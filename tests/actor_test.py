@@ -27,14 +27,14 @@ class NewParametersAtEachPull:
         self._learner_side, self._actor_side, self._shapes = learner_side, actor_side, shapes
         self._published = 0
 
-    def pull_parameters(self):
+    def pull_parameters(self, timeout_secs=None):
         self._published += 1
         values = [
             np.full(shape, self._published if len(shape) == 1 else 0, np.float32)
             for shape in self._shapes
         ]
         assert self._learner_side.publish(values, frames=0) == self._published
-        return self._actor_side.pull_parameters()
+        return self._actor_side.pull_parameters(timeout_secs)
 
     def __getattr__(self, name):  # enqueue, reconnect, training_finished: the real ones.
         return getattr(self._actor_side, name)

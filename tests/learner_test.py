@@ -3,6 +3,7 @@ of training and a failure are told apart, wherever the prefetch thread happens t
 come; published parameters are the values of the moment, whatever updates follow."""
 
 import threading
+import types
 
 import numpy as np
 import pytest
@@ -129,3 +130,68 @@ def test_published_parameters_are_not_changed_by_later_updates(learner_and_actor
         np.testing.assert_array_equal(value, old)
         np.testing.assert_array_equal(snapshot_value, old)
         assert not np.any(new.numpy() == old)  # The updates did move every element.
+
+
+class _Prefetcher:
+    """A prefetcher whose waits all time out; each wait runs `during_wait` (the test's freeze)."""
+
+    def __init__(self, during_wait):
+        self.waits = 0
+        self._during_wait = during_wait
+
+    def get(self, _timeout_secs, _should_stop):
+        self.waits += 1
+        self._during_wait(self.waits)
+        return None
+
+
+class _Heart:
+    def __init__(self):
+        self.frozen = 0.0
+
+    def restart(self):
+        self.frozen = 0.0
+
+    def frozen_secs(self):
+        return self.frozen
+
+
+class _Watchdog:
+    def __init__(self):
+        self.armed = []
+
+    def expect_within(self, seconds, flags):
+        self.armed.append((seconds, flags))
+
+
+def _waiting_learner():
+    """A Learner with only what its batch wait needs: a step timeout of 900 s, no stop."""
+    waiting = learner.Learner.__new__(learner.Learner)
+    waiting._config = types.SimpleNamespace(step_timeout_secs=900)
+    waiting._stop_signal = None
+    waiting._log_prefix = "[learner rank 0/1]"
+    return waiting
+
+
+def test_a_batch_wait_the_learner_spent_frozen_blames_no_actor_and_starts_again(caplog):
+    heart, watchdog = _Heart(), _Watchdog()
+
+    def frozen_during_the_first_wait(wait):
+        heart.frozen = 75.0 if wait == 1 else 0.0
+
+    prefetcher = _Prefetcher(frozen_during_the_first_wait)
+    batch = _waiting_learner()._next_batch(prefetcher, watchdog, heart, 60, "batch_timeout_secs")
+    assert batch is None and prefetcher.waits == 2  # The second wait: the actors' silence.
+    assert watchdog.armed == [(960, "--batch_timeout_secs + --step_timeout_secs")] * 2
+    assert (
+        "no batch in 60 s (--batch_timeout_secs), but this learner itself was stopped or frozen "
+        "for 75 s meanwhile (SIGSTOP? a suspended host?): not blaming its actors; waiting again"
+    ) in caplog.text
+
+
+def test_a_batch_wait_without_a_freeze_is_the_actors_silence():
+    prefetcher = _Prefetcher(lambda _wait: None)
+    batch = _waiting_learner()._next_batch(
+        prefetcher, _Watchdog(), _Heart(), 60, "batch_timeout_secs"
+    )
+    assert batch is None and prefetcher.waits == 1

@@ -156,3 +156,17 @@ def test_is_serving_tells_a_tf_server_from_a_silent_listener_and_a_closed_port()
         silent.listen()
         assert not transport.is_serving(f"127.0.0.1:{silent_port}", timeout_secs=1)
     assert not transport.is_serving(f"127.0.0.1:{closed_port}")
+
+
+def test_a_clients_call_waits_for_the_learner_no_longer_than_its_timeout():
+    """An enqueue into a full queue (a learner that takes nothing: stopped, frozen, stuck) fails
+    with DeadlineExceededError after its timeout, instead of blocking the actor for ever."""
+    learner, actor = start_learner_and_actor()
+    try:
+        learner.initialize()
+        actor.enqueue(tf.nest.flatten(unrolls(8, 0)))  # The queue holds 8.
+        with pytest.raises(tf.errors.DeadlineExceededError):
+            actor.enqueue(tf.nest.flatten(unrolls(1, 8)), timeout_secs=0.5)
+    finally:
+        learner.session.close()
+        actor.session.close()

@@ -1,6 +1,7 @@
 """Post-install self-check: fails loudly, naming what is wrong.
 
-Run as `python -m selfcheck` (scripts/setup.sh does it after every install).
+Run as `python selfcheck.py` (scripts/setup.sh does it after every set-up), or `python -m
+selfcheck` from the repository's root.
 """
 
 import shutil

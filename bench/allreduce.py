@@ -2,7 +2,7 @@
 
 Run under mpirun with 2 (or more) ranks:
   mpirun --allow-run-as-root --oversubscribe --bind-to none -np 2 \
-      .venv/bin/python bench/allreduce.py [--agents=SimpleConvNetAgent,ResNetLSTMAgent]
+      .venv/bin/python -m bench.allreduce [--agents=SimpleConvNetAgent,ResNetLSTMAgent]
 
 For each agent (Atari shapes: 84x84x4 frames, 6 actions) every rank times, in the same run:
   - `allreduce`: summing a gradient-sized list of tensors across ranks inside a tf.function

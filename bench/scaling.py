@@ -112,7 +112,14 @@ def allreduce_bench(extra_flags, mpirun_args=(), namespaces=(), rsh_agent=None):
             *command,
         ]
     try:
-        done = subprocess.run(command, capture_output=True, text=True, timeout=RUN_TIMEOUT_SECS)
+        done = subprocess.run(
+            # From the root, which `-m` puts on sys.path for bench.allreduce's imports.
+            command,
+            cwd=local_cluster.REPO,
+            capture_output=True,
+            text=True,
+            timeout=RUN_TIMEOUT_SECS,
+        )
     except subprocess.TimeoutExpired as e:
         raise RuntimeError(
             f"{' '.join(command[:12])} ... still running after {RUN_TIMEOUT_SECS} s:\n"

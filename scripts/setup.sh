@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The one set-up entry point: Debian packages, the virtualenv at .venv with the pins of
 # requirements.txt, Horovod built from its sdist against that TensorFlow and Debian's OpenMPI,
-# this project installed (editable), then a self-check.
+# then a self-check. The project itself is not installed: it runs from the checkout
+# (docs/architecture.md).
 #
 # Idempotent: every step checks whether it is already done. The Horovod wheel is built once
 # into a cache outside the checkout (IMPALA_CACHE_DIR, default /var/cache/impala-horovod),
@@ -121,24 +122,20 @@ install_horovod() {
   "$VENV_DIR/bin/pip" install -q --no-deps "$wheel"
 }
 
-install_project() {
-  # Re-install when the checkout or its pyproject.toml (e.g. the module list) changes.
-  local stamp="$VENV_DIR/.impala-project.sha256"
-  local want
-  want="$(cat "$REPO_DIR/pyproject.toml" <(echo "$REPO_DIR") | sha256sum | cut -d' ' -f1)"
-  if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
-    step "project: already installed (editable)"
-    return
+# Earlier versions installed this project into the virtualenv (editable); remove that install,
+# whose top-level names (config, tools, replay, ...) other distributions could collide with.
+remove_project_install() {
+  rm -f "$VENV_DIR/.impala-project.sha256"
+  if "$VENV_DIR/bin/pip" show -q impala-horovod 2>/dev/null; then
+    step "project: removing its old install from the virtualenv (it runs from the checkout)"
+    "$VENV_DIR/bin/pip" uninstall -q -y impala-horovod
   fi
-  step "project: installing $REPO_DIR (editable)"
-  "$VENV_DIR/bin/pip" install -q --no-deps --no-build-isolation -e "$REPO_DIR"
-  echo "$want" > "$stamp"
 }
 
 install_apt_packages
 create_venv_and_install_pins
 install_horovod
-install_project
+remove_project_install
 step "self-check"
-"$VENV_DIR/bin/python" -m selfcheck
+"$VENV_DIR/bin/python" "$REPO_DIR/selfcheck.py"
 step "done: activate with 'source $VENV_DIR/bin/activate'"

@@ -128,13 +128,13 @@ def draw(game_curves, path):
         rows, columns, figsize=(4 * columns, 3.2 * rows), squeeze=False
     )
     for axes, curve in zip(axes_grid.flat, game_curves, strict=False):
-        state = "" if curve.complete else f" (partial: {curve.rows[-1, 0]:,.0f} frames)"
+        got = "" if curve.complete else f"partial, {curve.rows[-1, 0] / 1e6:g}M of "
         line = "-" if curve.complete else "--"
         axes.plot(*curve.rows[:, :2].T, line, color="C0", label=f"mean of last {curves.WINDOW}")
         curves.mark_reference(axes, reference(curve.game))
         axes.set(
-            title=f"{curve.game}{state}",
-            xlabel=f"environment frames (budget {curve.budget:,})",
+            title=f"{curve.game} ({got}{curve.budget / 1e6:g}M frames)",
+            xlabel="environment frames",
             ylabel="training return",
         )
         axes.grid(alpha=0.3)

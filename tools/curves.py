@@ -133,7 +133,8 @@ def mark_reference(axes, reference):
     frames, values = np.array(reference.points, np.float64).T
     axes.plot(frames, values, "*", color="black", markersize=10, label=reference.label)
     for x, y in reference.points:
-        axes.annotate(f"{y:g}", (x, y), textcoords="offset points", xytext=(6, 4))
+        # Left of and below the star: the last point is often at the panel's top right corner.
+        axes.annotate(f"{y:g}", (x, y), textcoords="offset points", xytext=(-8, -4), ha="right")
 
 
 def figure_of(runs, title=None, target=None, reference=None):

@@ -12,6 +12,12 @@ entropy against frames, drawn by tools/curves.py). Printed: a table and, last, o
 trains nothing: it writes the CSV and PNG of each run's newest run directory as far as it got (a
 run still going, or one stopped before its budget).
 
+A game of the Atari suite (below) also writes, as its run ends, its curve to
+--docs_dir/atari/<Game>.csv (the repository's docs/; bench/atari_curves.py: complete if the run
+reached its budget within one batch, else partial, e.g. with --curves_only on a run still going),
+to be committed at once, and rebuilds the suite's table and figure from every game's curve there
+(bench/atari_suite.py; `python -m bench.atari_suite` rebuilds them alone). --quick writes none.
+
   cartpole        CartPole-v1 on the vector family's defaults alone (config.VECTOR_DEFAULTS:
                   MLPAgent, ...), 500K frames (= agent steps): the frames at which the mean
                   return over the last 100 games first reaches 475 (target: within the budget).
@@ -21,10 +27,10 @@ run still going, or one stopped before its budget).
                   frames instead, to check the whole path in a few minutes.
   breakout, space_invaders, beam_rider, qbert, seaquest
                   the other games of the Atari suite, each as `pong` with its own level
-                  (target: PPO's return at 10M frames, bench/atari_suite.py).
+                  (target: PPO's return at 10M frames, bench/atari_suite.py; the figure
+                  marks PPO's returns at 5M and 10M).
   atari           all six, one after the other; then the suite's table (the mean of the last
-                  100 games at 2.5M, 5M and 10M frames) as printed text, a CSV (--results_csv)
-                  and a grid figure (--grid_png).
+                  100 games at 2.5M, 5M and 10M frames) printed, and in --docs_dir.
   pong_no_replay  the same without replay (each frame learned from once).
   pong_2_learners the main job's shape: 2 learners (Horovod ranks) of one actor each, each
                   learner's batch 1 on-policy + 3 replayed unrolls, so that the global batch
@@ -36,7 +42,6 @@ flag (the fields of config.Config) is accepted and forwarded to the workers of e
 settings a run leaves out take the defaults of its level's environment family (config.py).
 """
 
-import dataclasses
 import glob
 import json
 import os
@@ -47,7 +52,8 @@ import numpy as np
 from absl import app, flags
 
 import config as config_lib
-from bench import atari_suite, cluster
+import environments
+from bench import atari_curves, atari_suite, cluster
 from tools import curves, local_cluster
 
 # Every Atari run: the defaults (config.Config: PPO's Atari recipe on this learner, replay ratio
@@ -61,10 +67,10 @@ ATARI_RUNS = {
     atari_suite.run_name(game): {
         "settings": {**ATARI_SETTINGS, "level_name": atari_suite.level_name(game)},
         "quick_frames": 500_000,
-        "target": bar,
+        "target": ppo[10_000_000],
         "game": game,
     }
-    for game, bar in atari_suite.BARS.items()
+    for game, ppo in atari_suite.PPO.items()
 }
 PONG_SETTINGS = ATARI_RUNS["pong"]["settings"]
 RUNS = {
@@ -99,16 +105,6 @@ flags.DEFINE_list(
 flags.DEFINE_bool(
     "quick", False, f"The Atari runs train {RUNS['pong']['quick_frames']:,} frames only."
 )
-flags.DEFINE_string(
-    "results_csv",
-    None,
-    "Where the Atari suite's table goes as CSV (default: --output_dir/atari_results.csv).",
-)
-flags.DEFINE_string(
-    "grid_png",
-    None,
-    "Where the Atari suite's grid figure goes (default: --output_dir/atari_suite.png).",
-)
 flags.DEFINE_integer("actors", 2, "Actors of each run, dealt round-robin to its learners.")
 flags.DEFINE_string("output_dir", "/tmp/impala_bench_learning", "CSV, PNG and the workers' logs.")
 flags.DEFINE_bool(
@@ -121,7 +117,8 @@ flags.DEFINE_bool(
     "curves_only",
     False,
     "Train nothing: write the CSV and PNG of each run's newest run directory in --output_dir "
-    "from the summaries it has so far.",
+    "from the summaries it has so far (and an Atari game's curve in --docs_dir, partial unless "
+    "the run reached its budget).",
 )
 FLAGS = flags.FLAGS
 
@@ -152,6 +149,13 @@ def train(run_dir, config, num_learners):
     return time.monotonic() - start, logdir
 
 
+def batch_frames(config, num_learners):
+    """Environment frames of one batch of all `num_learners` learners (the global frame count's
+    step): on-policy unrolls x steps x frames per step (the action repeat)."""
+    frames_per_step = environments.action_repeat(config.level_name)
+    return config.batch_size * config.unroll_length * frames_per_step * num_learners
+
+
 def first_frames_at(points, target):
     """Frames at which the mean over a full window of games first reaches `target`, or None.
 
@@ -173,25 +177,25 @@ def newest_run_dir(name):
     return max(run_dirs, key=os.path.getctime) if run_dirs else None
 
 
-def benchmark(name):
-    """Trains the run to its budget (or, with --curves_only, takes its newest run directory as it
-    is), writes its CSV and PNG; returns its figures and its curves.RunCurves."""
-    config, settings = run_config(name)
-    num_learners = RUNS[name].get("learners", 1)
+def run_logdir(name, config, num_learners):
+    """Trains the run to its budget in a new run directory (with --resume: in its newest one), or
+    with --curves_only takes its newest run directory as it is; returns its logdir, the run
+    directory, the load average before training and the wall time (None with --curves_only)."""
     run_dir = newest_run_dir(name) if FLAGS.resume or FLAGS.curves_only else None
     if FLAGS.curves_only:
         if run_dir is None:
             raise app.UsageError(f"--curves_only: no {name} run directory in {FLAGS.output_dir}")
-        load_average, wall_secs, logdir = None, None, os.path.join(run_dir, "logdir")
-    else:
-        if run_dir is None:
-            run_dir = tempfile.mkdtemp(prefix=f"{name}_", dir=FLAGS.output_dir)
-        load_average = cluster.wait_for_quiet_machine()
-        wall_secs, logdir = train(run_dir, config, num_learners)
-    level_name = config.level_name
-    run = curves.read_run(logdir, name, level_name)
-    points = run.returns
-    csv_path = os.path.join(FLAGS.output_dir, f"{name}.csv")
+        return os.path.join(run_dir, "logdir"), run_dir, None, None
+    if run_dir is None:
+        run_dir = tempfile.mkdtemp(prefix=f"{name}_", dir=FLAGS.output_dir)
+    load_average = cluster.wait_for_quiet_machine()
+    wall_secs, logdir = train(run_dir, config, num_learners)
+    return logdir, run_dir, load_average, wall_secs
+
+
+def write_games_csv(points, csv_path):
+    """Writes the games `points` (float64 [N, 3] of curves.RunCurves.returns) to `csv_path` as
+    frames,episode_return,mean_return_100."""
     np.savetxt(
         csv_path,
         points,
@@ -200,14 +204,36 @@ def benchmark(name):
         header="frames,episode_return,mean_return_100",
         comments="",
     )
-    target = RUNS[name]["target"]
-    budget = config.total_environment_frames
-    frames = int(points[-1, 0])  # at the last game: the budget, unless the run stopped early
+
+
+def figure_marks(name):
+    """(target, reference) of the run's figure: an Atari game's own PPO returns at 5M and 10M
+    frames (a curves.Reference), any other run's target line."""
+    if name in ATARI_RUNS:
+        return None, atari_suite.reference(ATARI_RUNS[name]["game"])
+    return RUNS[name]["target"], None
+
+
+def benchmark(name):
+    """Trains the run to its budget (or, with --curves_only, takes its newest run directory as it
+    is), writes its CSV and PNG; returns its figures and its curves.RunCurves."""
+    config, settings = run_config(name)
+    num_learners = RUNS[name].get("learners", 1)
+    logdir, run_dir, load_average, wall_secs = run_logdir(name, config, num_learners)
+    level_name = config.level_name
+    run = curves.read_run(logdir, name, level_name)
+    points = run.returns
+    csv_path = os.path.join(FLAGS.output_dir, f"{name}.csv")
+    write_games_csv(points, csv_path)
+    budget, frames = config.total_environment_frames, run.frames()
+    batch = batch_frames(config, num_learners)
+    target, reference = figure_marks(name)
     curves.draw(
         [run],
         os.path.join(FLAGS.output_dir, f"{name}.png"),
         title=f"{level_name}, {config.agent_name}, {frames:,} of {budget:,} frames",
         target=target,
+        reference=reference,
     )
     return {
         "run": name,
@@ -215,12 +241,14 @@ def benchmark(name):
         "learners": num_learners,
         "frames": frames,
         "budget": budget,
+        "batch_frames": batch,
+        "complete": atari_curves.reaches(frames, budget, batch),
         "load_average": load_average,
         "wall_secs": wall_secs,
         "games": len(points),
         "final_mean_return_100": float(points[-1, 2]),
-        "target": target,
-        "frames_to_target": first_frames_at(points, target),
+        "target": RUNS[name]["target"],
+        "frames_to_target": first_frames_at(points, RUNS[name]["target"]),
         "csv": csv_path,
         "logs": run_dir,
         "settings": settings,
@@ -228,29 +256,18 @@ def benchmark(name):
     }, run
 
 
-def write_suite(runs):
-    """Prints the Atari suite's table of `runs` (RunCurves named by game) and writes its CSV and
-    grid figure."""
-    rows = atari_suite.summary(runs)
-    csv_path = FLAGS.results_csv or os.path.join(FLAGS.output_dir, "atari_results.csv")
-    grid_path = FLAGS.grid_png or os.path.join(FLAGS.output_dir, "atari_suite.png")
-    atari_suite.write_csv(rows, csv_path)
-    atari_suite.draw(runs, grid_path)
-    print("\nAtari suite: the mean return of the last 100 games at each budget\n")
-    print(atari_suite.table(rows))
-    print(f"table: {csv_path}; figure: {grid_path}")
+def keep_in_docs(result, run, provenance):
+    """Writes the Atari game's curve of `result` (of benchmark()) and its curves.RunCurves `run`
+    to --docs_dir/atari/<Game>.csv, its comment line led by `provenance`; then rebuilds the suite's
+    table and figure from every game's curve there. Returns the table's rows."""
+    game = ATARI_RUNS[result["run"]]["game"]
+    curve = atari_curves.of_run(run, game, result["budget"], result["batch_frames"])
+    atari_curves.write(curve, atari_curves.path(FLAGS.docs_dir, game), provenance)
+    return atari_suite.rebuild(FLAGS.docs_dir)
 
 
-def main(argv):
-    del argv
-    unknown = sorted(set(FLAGS.runs) - set(RUNS) - {"atari"})
-    if unknown:
-        raise app.UsageError(f"--runs: unknown {', '.join(unknown)}; valid: {', '.join(RUNS)}")
-    os.makedirs(FLAGS.output_dir, exist_ok=True)
-    local_cluster.exit_cleanly_on_termination()
-    names = [n for name in FLAGS.runs for n in (ATARI_RUNS if name == "atari" else [name])]
-    measured = [benchmark(name) for name in names]
-    results = [result for result, _ in measured]
+def print_results(results):
+    """Prints the table of the runs' `results` (of benchmark())."""
     print(
         f"\n{'run':<16}{'frames':>12}{'load':>6}{'minutes':>9}{'games':>7}"
         f"{'mean return (last 100)':>24}{'target':>8}{'frames to target':>18}"
@@ -265,13 +282,31 @@ def main(argv):
             f"{r['final_mean_return_100']:>24.2f}{r['target']:>8g}{reached:>18}"
         )
     print(f"curves: {FLAGS.output_dir}/<run>.csv and .png")
-    suite = [
-        dataclasses.replace(run, name=ATARI_RUNS[result["run"]]["game"])
-        for result, run in measured
-        if result["run"] in ATARI_RUNS
-    ]
-    if suite:
-        write_suite(suite)
+
+
+def main(argv):
+    del argv
+    unknown = sorted(set(FLAGS.runs) - set(RUNS) - {"atari"})
+    if unknown:
+        raise app.UsageError(f"--runs: unknown {', '.join(unknown)}; valid: {', '.join(RUNS)}")
+    os.makedirs(FLAGS.output_dir, exist_ok=True)
+    local_cluster.exit_cleanly_on_termination()
+    names = [n for name in FLAGS.runs for n in (ATARI_RUNS if name == "atari" else [name])]
+    # --quick only checks the path: its curves are no results.
+    keeps = not FLAGS.quick and any(name in ATARI_RUNS for name in names)
+    # The code the runs train with, taken before a game's curve changes the tree.
+    provenance = atari_curves.provenance(local_cluster.REPO) if keeps else None
+    results, suite_rows = [], None
+    for name in names:
+        result, run = benchmark(name)
+        results.append(result)
+        if keeps and name in ATARI_RUNS:
+            suite_rows = keep_in_docs(result, run, provenance)
+    print_results(results)
+    if suite_rows:
+        print("\nAtari suite: the mean return of the last 100 games at each budget\n")
+        print(atari_suite.table(suite_rows))
+        print(f"curves, table and figure: {FLAGS.docs_dir}/atari/, atari_results.csv, .png")
     print(json.dumps({"quick": FLAGS.quick, "results": results}))
 
 

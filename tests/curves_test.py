@@ -100,3 +100,32 @@ def test_legend_names_are_the_fewest_path_parts_that_differ():
         "pong_b/logdir",
     ]
     assert curves.run_names(["/runs/pong"]) == ["pong"]
+
+
+def test_a_run_without_evaluations_has_no_evaluation_panel_and_marks_its_reference(tmp_path):
+    write_run(tmp_path, evaluations=False)
+    run = curves.read_run(str(tmp_path), "run")
+    reference = curves.Reference("PPO", ((5_000_000, 33.0), (10_000_000, 70.0)))
+
+    figure = curves.figure_of([run], reference=reference)
+
+    returns_axes, entropy_axes = figure.axes  # no evaluation panel between them
+    assert entropy_axes.get_title() == "policy entropy"
+    labels = {line.get_label(): line for line in returns_axes.lines}
+    np.testing.assert_array_equal(labels["PPO"].get_xydata(), [[5e6, 33.0], [1e7, 70.0]])
+    assert not any(label.startswith("target") for label in labels)
+    curves.plt.close(figure)
+
+
+def test_a_run_with_evaluations_has_the_evaluation_panel(tmp_path):
+    write_run(tmp_path)
+
+    figure = curves.figure_of([curves.read_run(str(tmp_path), "run")], target=18.0)
+
+    assert [axes.get_ylabel() for axes in figure.axes] == [
+        "training return",
+        "evaluation return",
+        "entropy / max",
+    ]
+    assert "target 18" in [line.get_label() for line in figure.axes[0].lines]
+    curves.plt.close(figure)

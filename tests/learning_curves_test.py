@@ -1,5 +1,6 @@
 """bench.learning --curves_only: the CSV, PNG and JSON of a run stopped before its budget, read
-from the summaries its learner wrote (written here as the learner writes them)."""
+from the summaries its learner wrote (written here as the learner writes them), and an Atari
+game's curve in --docs_dir."""
 
 import json
 import subprocess
@@ -8,13 +9,15 @@ import sys
 import numpy as np
 import tensorflow as tf
 
+from bench import atari_curves, atari_suite, learning
 from tools import local_cluster
 
 LEVEL = "PongNoFrameskip-v4"
 
 
 def curves_only(output_dir, runs="pong", *flags):
-    """Runs `bench.learning --runs=RUNS --curves_only [flags]`; returns the finished process."""
+    """Runs `bench.learning --runs=RUNS --curves_only [flags]`, its docs in output_dir/docs;
+    returns the finished process."""
     return subprocess.run(
         [
             sys.executable,
@@ -23,6 +26,7 @@ def curves_only(output_dir, runs="pong", *flags):
             f"--runs={runs}",
             "--curves_only",
             f"--output_dir={output_dir}",
+            f"--docs_dir={output_dir / 'docs'}",
             *flags,
         ],
         cwd=local_cluster.REPO,
@@ -67,6 +71,11 @@ def test_the_curve_of_a_stopped_run_is_written_as_far_as_it_got(tmp_path):
     assert result["frames"] == frames[-1] and result["budget"] == 10_000_000
     assert result["wall_secs"] is None and result["games"] == 200
     assert (tmp_path / "pong.png").stat().st_size > 10_000
+    # Stopped at 800K of 10M frames: its docs curve, partial, to 800K.
+    docs_curve = atari_curves.read(tmp_path / "docs" / "atari" / "Pong.csv")
+    assert not docs_curve.complete and docs_curve.budget == 10_000_000
+    np.testing.assert_array_equal(docs_curve.rows[:, 0], 100_000 * np.arange(1, 9))
+    assert docs_curve.rows[-1, 2] == 200  # games by 800K
 
 
 def test_without_a_run_directory_it_says_so(tmp_path):
@@ -77,24 +86,33 @@ def test_without_a_run_directory_it_says_so(tmp_path):
 
 
 def test_the_atari_suite_table_and_figure_of_its_runs(tmp_path):
-    """Two games of the suite, one past 5M frames, one stopped at 3M: the CSV has the issue's
-    header and a return at each budget the run reached (means of the last 100 games)."""
+    """Two games of the suite, budget 5M frames, one past it, one stopped at 3M: their docs
+    curves, complete and partial, and the table rebuilt from them: the issue's header and a return
+    at each budget the complete run reached (means of the last 100 games)."""
     pong_frames = 40_000 * np.arange(1, 151)  # to 6M
     write_games(tmp_path / "pong_abcd1234" / "logdir", LEVEL, pong_frames, np.arange(150.0))
     breakout_frames = 30_000 * np.arange(1, 101)  # to 3M
     breakout = tmp_path / "breakout_abcd1234" / "logdir"
     write_games(breakout, "BreakoutNoFrameskip-v4", breakout_frames, np.full(100, 7.0))
-    results_csv, grid_png = tmp_path / "docs" / "atari_results.csv", tmp_path / "grid.png"
+    docs = tmp_path / "docs"
 
-    finished = curves_only(
-        tmp_path, "pong,breakout", f"--results_csv={results_csv}", f"--grid_png={grid_png}"
-    )
+    finished = curves_only(tmp_path, "pong,breakout", "--total_environment_frames=5000000")
 
     assert finished.returncode == 0, finished.stderr[-3000:]
+    assert atari_curves.read(docs / "atari" / "Pong.csv").complete
+    assert not atari_curves.read(docs / "atari" / "Breakout.csv").complete
     # Pong by 2.5M: games 0..61, the mean of 0..61; by 5M: games 0..124, the mean of 25..124.
-    assert results_csv.read_text().splitlines() == [
+    # Breakout, partial: how far it got only.
+    assert (docs / "atari_results.csv").read_text().splitlines() == [
         "game,frames,return_2.5M,return_5M,return_10M",
-        f"Pong,6000000,{np.mean(np.arange(62)):.2f},{np.mean(np.arange(25, 125)):.2f},",
-        "Breakout,3000000,7.00,,",
+        f"Pong,5000000,{np.mean(np.arange(62)):.2f},{np.mean(np.arange(25, 125)):.2f},",
+        "Breakout,3000000,,,",
     ]
-    assert "Atari suite" in finished.stdout and grid_png.stat().st_size > 10_000
+    assert "Atari suite" in finished.stdout
+    assert (docs / "atari_suite.png").stat().st_size > 10_000
+
+
+def test_each_games_figure_marks_its_own_ppo_returns():
+    assert learning.figure_marks("breakout") == (None, atari_suite.reference("Breakout"))
+    assert learning.figure_marks("pong") == (None, atari_suite.reference("Pong"))
+    assert learning.figure_marks("cartpole") == (475.0, None)

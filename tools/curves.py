@@ -1,4 +1,4 @@
-"""A run's curves as a picture: one PNG of three panels against environment frames.
+"""A run's curves as a picture: one PNG of three panels (two without evaluations) against frames.
 
   .venv/bin/python -m tools.curves LOGDIR [LOGDIR...] --output=PNG
 
@@ -7,7 +7,7 @@ naming it:
   - training return: each game of rank 0's actors (`<level>/episode_return`) a dot, the
     mean of its last 100 games a line;
   - evaluation return: `eval/return_mean` of the evaluator's own run, LOGDIR/eval (a run
-    without it has no line in this panel);
+    without it has no line in this panel; without any such run, no panel);
   - policy entropy: `policy/entropy_fraction`, the mean entropy per step over its maximum ln A.
 """
 
@@ -52,6 +52,11 @@ class RunCurves:
     returns: np.ndarray
     evaluation: np.ndarray
     entropy: np.ndarray
+
+    def frames(self):
+        """The furthest frame count of any of the run's summaries: how far it got."""
+        series = (self.returns, self.evaluation, self.entropy)
+        return int(max(points[-1, 0] for points in series if len(points)))
 
 
 def read_run(logdir, name, level_name=None):
@@ -111,73 +116,75 @@ def run_names(logdirs):
     return names
 
 
-def draw(runs, path, title=None, target=None):
-    """Writes the PNG `path` of the RunCurves `runs` (module docstring), with `title` above and
-    a dashed line at the training return `target`, when given."""
-    figure, (returns_axes, evaluation_axes, entropy_axes) = plt.subplots(
-        3, 1, figsize=FIGURE_INCHES, sharex=True, height_ratios=[3, 2, 1.5]
+@dataclasses.dataclass(frozen=True)
+class Reference:
+    """Published returns to compare a run with, marked as labelled points.
+
+    label: the legend's entry (e.g. "PPO").
+    points: ((frames, return), ...).
+    """
+
+    label: str
+    points: tuple
+
+
+def mark_reference(axes, reference):
+    """Marks each point of the Reference `reference` as a star with its value beside it."""
+    frames, values = np.array(reference.points, np.float64).T
+    axes.plot(frames, values, "*", color="black", markersize=10, label=reference.label)
+    for x, y in reference.points:
+        # Left of and below the star: the last point is often at the panel's top right corner.
+        axes.annotate(f"{y:g}", (x, y), textcoords="offset points", xytext=(-8, -4), ha="right")
+
+
+def figure_of(runs, title=None, target=None, reference=None):
+    """The figure of the RunCurves `runs` (module docstring), with `title` above, a dashed line at
+    the training return `target` and the points of the Reference `reference`, when given. The
+    evaluation panel only when a run has evaluation summaries (most runs have no evaluator)."""
+    with_evaluation = any(len(run.evaluation) for run in runs)
+    height_ratios = [3, 2, 1.5] if with_evaluation else [3, 1.5]
+    figure, axes = plt.subplots(
+        len(height_ratios), 1, figsize=FIGURE_INCHES, sharex=True, height_ratios=height_ratios
     )
+    returns_axes, entropy_axes = axes[0], axes[-1]
     for i, run in enumerate(runs):
         color = f"C{i % 10}"
         frames, game_returns, means = run.returns.T
         returns_axes.plot(frames, game_returns, ".", color=color, alpha=0.3, markersize=3)
         returns_axes.plot(frames, means, "-", color=color, label=run.name)
-        if len(run.evaluation):
-            evaluation_axes.plot(*run.evaluation.T, "o-", color=color, markersize=3)
+        if with_evaluation and len(run.evaluation):
+            axes[1].plot(*run.evaluation.T, "o-", color=color, markersize=3)
         if len(run.entropy):
             entropy_axes.plot(*run.entropy.T, "-", color=color)
     if target is not None:
         returns_axes.axhline(target, color="gray", linestyle="--", label=f"target {target:g}")
-    if not any(len(run.evaluation) for run in runs):
-        evaluation_axes.text(
-            0.5,
-            0.5,
-            f"no {EVALUATION_TAG} summaries",
-            ha="center",
-            va="center",
-            transform=evaluation_axes.transAxes,
-            color="gray",
-        )
+    if reference is not None:
+        mark_reference(returns_axes, reference)
     returns_axes.set(
         ylabel="training return",
         title=f"games (dots) and the mean of the last {WINDOW} (line)",
     )
     returns_axes.legend(loc="best")
-    evaluation_axes.set(ylabel="evaluation return", title=f"evaluation ({EVALUATION_TAG})")
+    if with_evaluation:
+        axes[1].set(ylabel="evaluation return", title=f"evaluation ({EVALUATION_TAG})")
     entropy_axes.set(
         xlabel="environment frames", ylabel="entropy / max", ylim=(0, 1.05), title="policy entropy"
     )
-    for axes in (returns_axes, evaluation_axes, entropy_axes):
-        axes.grid(alpha=0.3)
+    for panel in axes:
+        panel.grid(alpha=0.3)
     if title:
         figure.suptitle(title)
     figure.tight_layout()
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    figure.savefig(path, dpi=DPI)
-    plt.close(figure)
+    return figure
 
 
-def draw_grid(runs, path, bars, bar_label):
-    """Writes the PNG `path`: one panel per RunCurves of `runs` (its training games as dots and
-    the mean of the last WINDOW as a line, against frames), a dashed line at `bars[run.name]`
-    labelled `bar_label`, when the run has one."""
-    columns = min(3, len(runs))
-    rows = -(-len(runs) // columns)
-    figure, axes_grid = plt.subplots(
-        rows, columns, figsize=(4 * columns, 3.2 * rows), squeeze=False
-    )
-    for axes, run in zip(axes_grid.flat, runs, strict=False):
-        frames, game_returns, means = run.returns.T
-        axes.plot(frames, game_returns, ".", color="C0", alpha=0.2, markersize=2)
-        axes.plot(frames, means, "-", color="C0", label=f"mean of last {WINDOW}")
-        if run.name in bars:
-            axes.axhline(bars[run.name], color="gray", linestyle="--", label=bar_label)
-        axes.set(title=run.name, xlabel="environment frames", ylabel="training return")
-        axes.grid(alpha=0.3)
-        axes.legend(loc="lower right", fontsize="small")
-    for axes in list(axes_grid.flat)[len(runs) :]:
-        axes.set_visible(False)
-    figure.tight_layout()
+def draw(runs, path, title=None, target=None, reference=None):
+    """Writes the PNG `path` of figure_of(runs, title, target, reference)."""
+    save(figure_of(runs, title, target, reference), path)
+
+
+def save(figure, path):
+    """Writes `figure` to the PNG `path` (its directory made if need be) and closes it."""
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     figure.savefig(path, dpi=DPI)
     plt.close(figure)

@@ -66,9 +66,17 @@ flags.DEFINE_integer(
 )
 flags.DEFINE_float("replay_row_ratio", 1.0, "... and this --replay_ratio.")
 flags.DEFINE_bool("quick", False, "Short run: fewer repeats, shorter windows, default row only.")
+flags.DEFINE_bool(
+    "smoke",
+    False,
+    "The whole path at once: --quick's rows with one repeat and the shortest windows, to check "
+    "that the benchmark runs (its figures mean little).",
+)
 
 flags.DEFINE_integer(
-    "rounds", None, "Paired rounds per row (default: 8, quick: 6): limit stages, system window."
+    "rounds",
+    None,
+    "Paired rounds per row (default: 8, quick: 6, smoke: 2): limit stages, system window.",
 )
 FLAGS = flags.FLAGS
 
@@ -76,6 +84,7 @@ FLAGS = flags.FLAGS
 #  paired rounds, seconds of a paired round's system window)
 FULL = (5.0, 5, 30, 60, 8, 16)
 QUICK = (2.0, 3, 15, 20, 6, 12)
+SMOKE = (0.5, 1, 4, 6, 2, 6)
 LOG_SECS = 2  # The learner's log interval: the resolution of the system window.
 # After a paired round's stages, the resumed system runs this long before its window opens.
 SETTLE_SECS = 3
@@ -218,9 +227,14 @@ def measure_system(
     }
 
 
+def mode():
+    """'smoke', 'quick' or 'full': how long the benchmark measures."""
+    return "smoke" if FLAGS.smoke else "quick" if FLAGS.quick else "full"
+
+
 def table_rows():
     rows = [(FLAGS.learners, FLAGS.actors)]
-    if not FLAGS.quick:
+    if mode() == "full":
         for learners in map(int, FLAGS.table_learners):
             for actors in map(int, FLAGS.table_actors):
                 if actors >= learners and (learners, actors) not in rows:
@@ -267,9 +281,11 @@ def main(argv):
     hvd.init()  # one rank: the learner's train step runs without mpirun
     local_cluster.exit_cleanly_on_termination()
     config = config_lib.from_flags(FLAGS)
-    stage_secs, repeats, warmup_secs, window_secs, rounds, round_secs = (
-        QUICK if FLAGS.quick else FULL
-    )
+    stage_secs, repeats, warmup_secs, window_secs, rounds, round_secs = {
+        "full": FULL,
+        "quick": QUICK,
+        "smoke": SMOKE,
+    }[mode()]
     rounds = FLAGS.rounds if FLAGS.rounds is not None else rounds
     work_dir = tempfile.mkdtemp(prefix="impala_bench_throughput_")  # kept: the workers' logs
     print(f"logs and summaries in {work_dir}", flush=True)
@@ -376,7 +392,7 @@ def main(argv):
     print(
         f"{FLAGS.level_name}, {FLAGS.agent_name}, T={FLAGS.unroll_length}, B={FLAGS.batch_size}, "
         f"{FLAGS.num_envs_per_actor} envs per actor, {os.cpu_count()} cores "
-        f"({'quick' if FLAGS.quick else 'full'} mode)"
+        f"({mode()} mode)"
     )
     print(
         f"\nstages alone, the better of before and after the system (1-min load "
@@ -437,7 +453,7 @@ def main(argv):
         "batch_size": FLAGS.batch_size,
         "num_envs_per_actor": FLAGS.num_envs_per_actor,
         "cores": os.cpu_count(),
-        "quick": FLAGS.quick,
+        "mode": mode(),
     }
     print(
         json.dumps(

@@ -1,6 +1,5 @@
 """experiment.py end to end: a learner and actors as real processes on loopback, free ports."""
 
-import os
 import re
 import signal
 import socket
@@ -27,70 +26,11 @@ def train_one_learner_two_actors(spawn, logdir, flags, timeout):
     learner = spawn([*flags, "--job_name=learner"], "learner")
     actors = [spawn([*flags, "--job_name=actor", f"--task={j}"], f"actor{j}") for j in range(2)]
     assert learner.wait(timeout=timeout) == 0, learner.log()[-3000:]
-    # Each worker tuned its use of the host in one line (host_tuning.py): a lone learner whose
-    # actors share its host (loopback) runs its threads real-time (--learner_realtime=auto; the
-    # tests run as root) on every core, with every core but one for TF kernels (at least one)
-    # and TF's default scheduling pool;
-    cores = sorted(os.sched_getaffinity(0))
-    learner_threads = max(1, len(cores) - 1)
-    assert (
-        "learner host tuning: scheduling SCHED_FIFO priority 1 (its actors share this host) | "
-        f"cores {cores} (the only learner on this host) | TF threads: {learner_threads} kernel, "
-        "default scheduling | allocator tcmalloc"
-    ) in learner.log()
     for actor in actors:
         assert actor.wait(timeout=60) == 0, actor.log()[-3000:]
         assert "learner finished training; exiting" in actor.log()
-        # an actor lowered its priority below the learner's by --actor_niceness (default 10),
-        # with one thread in each TF pool.
-        assert (
-            f"actor host tuning: niceness {min(19, os.nice(0) + 10)} (--actor_niceness=10) | "
-            "TF threads: 1 kernel, 1 scheduling | allocator tcmalloc"
-        ) in actor.log()
     level_name = [f for f in flags if f.startswith("--level_name=")][-1].split("=", 1)[1]
     return learner, [r for _, r in summary_reader.episode_returns(logdir, level_name)]
-
-
-def test_one_learner_two_actors_learn_cartpole(spawn, tmp_path):
-    learner, returns = train_one_learner_two_actors(
-        spawn,
-        tmp_path / "logdir",
-        [
-            *CARTPOLE_ADAM,
-            "--total_environment_frames=400000",
-        ],
-        timeout=600,
-    )
-    assert len(returns) >= 100
-    assert np.mean(returns[-20:]) > 150, returns[-40:]
-    assert "frames/s" in learner.log() and "| lag " in learner.log()
-
-
-def test_one_learner_two_actors_learn_cartpole_with_replay(spawn, tmp_path):
-    """The CartPole test's bar with uniform experience replay: every batch holds 16 on-policy
-    and 16 replayed unrolls."""
-    logdir = tmp_path / "logdir"
-    learner, returns = train_one_learner_two_actors(
-        spawn,
-        logdir,
-        [
-            *CARTPOLE_ADAM,
-            "--total_environment_frames=400000",
-            "--replay_size=2000",
-            "--replay_ratio=1",
-        ],
-        timeout=900,
-    )
-    assert np.mean(returns[-20:]) > 150, returns[-40:]
-    assert "learner: replay memory full: 2000 unrolls (" in learner.log()  # it filled up
-    assert max(fill for _, fill in summary_reader.scalars(logdir, "replay/unrolls")) == 2000
-    # What the progress line leaves out, TensorBoard holds (progress.py).
-    left_out = {
-        *("loss/policy_gradient", "loss/baseline", "loss/entropy", "loss/gradient_norm"),
-        *("policy/mean_abs_log_rho", "policy/clipped_rho_fraction"),
-        *("learning_rate", "queue_size", "replay/allocated_gib"),
-    }
-    assert left_out <= summary_reader.tags(logdir), summary_reader.tags(logdir)
 
 
 def test_the_conv_agent_learns_from_pixels(spawn, tmp_path):
@@ -107,7 +47,7 @@ def test_the_conv_agent_learns_from_pixels(spawn, tmp_path):
     settings = {
         "level_name": pixel_games.ID,
         "agent_name": "SimpleConvNetAgent",
-        "total_environment_frames": 150_000,
+        "total_environment_frames": 100_000,
         "batch_size": 8,
         "replay_size": 0,
         "log_secs": 0,  # a progress line and summaries after every step

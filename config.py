@@ -200,8 +200,36 @@ class Config:
         "max(that, replay_size // 10)).",
         lower_bound=0.0,
     )
-    replay_prioritized: bool = setting(
-        False, "Sample replayed unrolls by priority (their V-trace errors), not uniformly."
+    replay_sampling: str = setting(
+        "uniform",
+        "How replayed unrolls are drawn from the memory (replay_mixing.py): 'uniform'; "
+        "'prioritized' by their V-trace errors; 'elite': of candidates drawn uniformly, those "
+        "whose stored behaviour policy is closest (KL) to the current one at a few states; "
+        "'attentive': of candidates, those whose states are most like the on-policy batch's.",
+        choices=["uniform", "prioritized", "elite", "attentive"],
+    )
+    # At most 16: the candidates' states go through the network at every learner batch.
+    replay_candidates: int = setting(
+        4,
+        "Elite and attentive sampling: candidates drawn (uniformly, without replacement, at most "
+        "the whole memory) per replayed unroll, lambda: each batch chooses R of lambda x R.",
+        lower_bound=1,
+        upper_bound=16,
+    )
+    replay_elite_strategy: int = setting(
+        1,
+        "Elite sampling's choice among the candidates, by distance: 1 the closest; 2 sorted, cut "
+        "into R groups, the closest of each; 3 as 1 and 4 as 2, the least replayed so far first.",
+        lower_bound=1,
+        upper_bound=4,
+    )
+    replay_anneal: float = setting(
+        0.0,
+        "Elite and attentive sampling: lambda shrinks linearly over training toward 1 (every "
+        "candidate chosen: uniform replay), by this share of the way at the end of the frame "
+        "budget; 0: never, 1: uniform replay at the end.",
+        lower_bound=0.0,
+        upper_bound=1.0,
     )
     replay_alpha: float = setting(
         0.6, "Prioritized replay: priority exponent alpha.", lower_bound=0.0

@@ -3,7 +3,8 @@
 Every learner is one Horovod rank (one rank without mpirun when there is a single learner).
 Per step, in order:
   1. take the next batch of B unrolls that the prefetch thread dequeued from this worker set's
-     queue (waiting at most --batch_timeout_secs);
+     queue (waiting at most --batch_timeout_secs), with the replayed unrolls it added
+     (replay_mixing.py: the batch enters the memory, --replay_sampling draws from it);
   2. allreduce a small status vector over all ranks (a lone rank keeps its own): environment
      frames in the batch, whether a batch came, whether a stop was requested, finished episodes
      and their return sum. Every rank thus sees the same global frame count and the same
@@ -58,7 +59,7 @@ from absl import logging
 import checkpointing
 import config as config_lib
 import progress
-import replay
+import replay_mixing
 import train_step
 from exit_codes import (
     EXIT_CHECKPOINTS_FAILING,
@@ -142,16 +143,14 @@ class Learner:
             environment_frames=self._frames,
         )
         self._train_step = train_step.make_batch_step(agent, self._optimizer, config, hvd)
-        self._replay = None
-        if config.replay_size:
-            self._replay = replay.UnrollReplay(
-                transport.unroll_spec,
-                config.replay_size,
-                config.replay_prioritized,
-                config.replay_alpha,
-                config.replay_beta,
-            )
-        self._num_replayed = replay.replayed_per_batch(config)
+        # Runs in the prefetch thread: its generator is its own.
+        self._mixer = replay_mixing.ReplayMixer(
+            config,
+            agent,
+            transport.unroll_spec,
+            self._progress,
+            np.random.default_rng((config.seed, hvd.rank())),
+        )
         self._minibatch_rng = np.random.default_rng(config.seed + hvd.rank())
         self._minibatch_unrolls = config_lib.learner_minibatch_unrolls(
             config.minibatch_unrolls, hvd.size()
@@ -171,9 +170,12 @@ class Learner:
         )
         return _Status(*summed.numpy().tolist())
 
+    def _progress(self):
+        """Frames trained / the frame budget."""
+        return float(self._frames.numpy()) / self._config.total_environment_frames
+
     def _update_learning_rate(self):
-        progress = float(self._frames.numpy()) / self._config.total_environment_frames
-        self._learning_rate.assign(self._config.learning_rate * max(0.0, 1.0 - progress))
+        self._learning_rate.assign(self._config.learning_rate * max(0.0, 1.0 - self._progress()))
 
     def _start(self):
         """Restores (rank 0), syncs every rank to rank 0 and opens the transport to actors."""
@@ -207,9 +209,14 @@ class Learner:
         """Trains until the frame budget, a stop signal or starvation; returns the exit code."""
         config = self._config
         self._start()
-        prefetcher = BatchPrefetcher(self._transport, config.batch_size)
+        prefetcher = BatchPrefetcher(self._transport, config.batch_size, self._mixer)
         progress_log = progress.ProgressLog(
-            config, self._is_chief, self._frames, self._learning_rate, self._transport, self._replay
+            config,
+            self._is_chief,
+            self._frames,
+            self._learning_rate,
+            self._transport,
+            self._mixer.memory,
         )
         reason, exit_code, steps, own_frames = "frame budget reached", 0, 0, 0
         watchdog = Watchdog(f"{self._log_prefix} step", EXIT_STUCK)
@@ -224,8 +231,9 @@ class Learner:
                 first = not steps and config.learner_wait_secs > config.batch_timeout_secs
                 timeout_flag = "learner_wait_secs" if first else "batch_timeout_secs"
                 timeout = config.learner_wait_secs if first else config.batch_timeout_secs
-                batch = self._next_batch(prefetcher, watchdog, heart, timeout, timeout_flag)
-                unroll = self._transport.unroll_spec.pack(batch) if batch is not None else None
+                mixed = self._next_batch(prefetcher, watchdog, heart, timeout, timeout_flag)
+                spec = self._transport.unroll_spec
+                unroll = spec.pack(mixed.batch) if mixed is not None else None
                 local_status = self._local_status(unroll)
                 status = self._allreduce_status(local_status)
                 if status.stop_requested:
@@ -242,20 +250,19 @@ class Learner:
                     exit_code = self._report_starvation(unroll is None, timeout, timeout_flag)
                     break
                 self._update_learning_rate()
-                train_batch, weights, replayed_indexes = self._with_replay(batch)
                 outputs, priorities = train_step.train_in_minibatches(
                     self._train_step,
-                    self._transport.unroll_spec.pack(train_batch),
-                    weights,
+                    spec.pack(mixed.train_batch),
+                    mixed.weights,
                     self._minibatch_unrolls,
                     self._minibatch_rng,
                 )
                 # One copy of the parameters per batch: checked, then published.
                 parameters = parameter_snapshot(self._parameters)
                 self._check_finite(outputs, parameters, steps + 1)
-                if replayed_indexes is not None:
+                if mixed.indexes is not None:
                     replayed_priorities = priorities[config.batch_size :]
-                    self._replay.update_priorities(replayed_indexes, replayed_priorities)
+                    self._mixer.memory.update_priorities(mixed.indexes, replayed_priorities)
                 self._frames.assign_add(int(status.frames))
                 steps, own_frames = steps + 1, own_frames + local_status[0]
                 progress_log.step(
@@ -296,7 +303,8 @@ class Learner:
         return exit_code
 
     def _next_batch(self, prefetcher, watchdog, heart, timeout, flag):
-        """The next batch; None after `timeout` s (--`flag`) without one, or on a stop signal.
+        """The next replay_mixing.Mixed batch; None after `timeout` s (--`flag`) without one,
+        or on a stop signal.
 
         A wait that ends with no batch when this learner was itself stopped or frozen since its
         previous wait ended (heart: a heartbeat.py Heartbeat) proves nothing of its actors,
@@ -348,26 +356,6 @@ class Learner:
             self._checkpointer.save()
         else:
             logging.error("%s the parameters are not finite: no checkpoint saved", self._log_prefix)
-
-    def _with_replay(self, batch):
-        """The train batch for the dequeued `batch` (flat list of [B, ...] arrays).
-
-        Without replay: (batch, weights of 1, None). With replay: stores `batch` in the memory,
-        then (once it holds enough) appends R replayed unrolls: ([B + R, ...] arrays, weights
-        [B + R]: 1 for the on-policy unrolls, the importance weights for the replayed ones,
-        the replayed unrolls' indexes in the memory (None for uniform replay)).
-        """
-        ones = np.ones(self._config.batch_size, np.float32)
-        if self._replay is None:
-            return batch, ones, None
-        self._replay.add(batch)
-        if self._replay.size < replay.start_size(self._config.replay_size, self._num_replayed):
-            return batch, ones, None
-        progress = float(self._frames.numpy()) / self._config.total_environment_frames
-        beta = self._config.replay_beta + (1 - self._config.replay_beta) * min(1.0, progress)
-        replayed, indexes, weights = self._replay.sample(self._num_replayed, beta)
-        mixed = [np.concatenate([a, b]) for a, b in zip(batch, replayed, strict=True)]
-        return mixed, np.concatenate([ones, weights]), indexes
 
     def _local_status(self, unroll):
         stop, failing = bool(self._stop_signal), self._checkpointer.failing

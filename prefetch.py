@@ -1,7 +1,9 @@
-"""The learner's batch prefetcher: dequeues the next batch while the current one trains.
+"""The learner's batch prefetcher: dequeues and prepares the next batch while one trains.
 
-TF's dequeue releases the GIL, so it overlaps the train step. One batch is held ready
-(queue.Queue(maxsize=1)). The thread ends in one of three ways, which `get()` tells apart:
+TF's dequeue releases the GIL, so it overlaps the train step; so does most of preparing the
+batch (the learner's replay_mixing.ReplayMixer: replayed unrolls, with the forward passes that
+choose them, numpy and TF kernels). One prepared batch is held ready (queue.Queue(maxsize=1)).
+The thread ends in one of three ways, which `get()` tells apart:
   - stop() was called: nothing more is wanted;
   - the unroll queue was closed (OutOfRangeError): training is over, `get()` returns None at once;
   - anything else failed, including the session being closed under a running dequeue
@@ -23,12 +25,18 @@ class PrefetchError(RuntimeError):
     """The thread that dequeues batches for the learner failed."""
 
 
-class BatchPrefetcher:
-    """Keeps one batch of `batch_size` unrolls dequeued from `transport` ready for `get()`."""
+def _as_dequeued(batch):
+    return batch
 
-    def __init__(self, transport, batch_size):
+
+class BatchPrefetcher:
+    """Keeps one batch of `batch_size` unrolls dequeued from `transport` ready for `get()`, as
+    `prepare` (called in the prefetch thread on the flat list of [B, ...] arrays) makes it."""
+
+    def __init__(self, transport, batch_size, prepare=_as_dequeued):
         self._transport = transport
         self._batch_size = batch_size
+        self._prepare = prepare
         self._ready = queue.Queue(maxsize=1)
         self._stopping = threading.Event()
         self._queue_closed = threading.Event()
@@ -51,6 +59,7 @@ class BatchPrefetcher:
                 batch = self._transport.dequeue(self._batch_size, _POLL_MS)
             except tf.errors.DeadlineExceededError:
                 continue
+            batch = self._prepare(batch)
             while not self._stopping.is_set():
                 try:
                     self._ready.put(batch, timeout=_POLL_MS / 1000)
@@ -69,7 +78,7 @@ class BatchPrefetcher:
                 pass
             if self._error is not None:
                 raise PrefetchError(
-                    f"dequeuing batches from the unroll queue failed: {self._error!r}"
+                    f"dequeuing or preparing batches failed: {self._error!r}"
                 ) from self._error
             if self._queue_closed.is_set() or time.monotonic() >= deadline:
                 return None

@@ -6,8 +6,8 @@ tensor of the unroll layout), in a cpprb ReplayBuffer (uniform) or PrioritizedRe
 With --replay_size > 0 and --replay_ratio r, each learner batch holds:
 
   B on-policy unrolls (--batch_size, just dequeued; they also enter the memory)
-  + R = round(B * r) unrolls sampled from the memory (uniformly, or in proportion to
-    priority^alpha with --replay_prioritized),
+  + R = round(B * r) unrolls sampled from the memory as --replay_sampling says (uniformly, in
+    proportion to priority^alpha, or chosen from candidates: replay_mixing.py),
 
 once the memory holds at least `start_size(replay_size, R)` = max(R, replay_size // 10)
 unrolls; until then batches are on-policy only. V-trace corrects replayed unrolls for their
@@ -23,8 +23,11 @@ w_i = (N P(i))^-beta / max_j w_j scale the replayed unrolls' loss terms (on-poli
 1). Priorities of the replayed unrolls are updated after every learner step.
 
 The memory is not checkpointed: a restarted learner refills it. Its size is checked against the
-host's available memory before the learner starts (`check_fits`).
+host's available memory before the learner starts (`check_fits`). The learner's prefetch thread
+adds and samples while its main thread updates priorities: every access holds the memory's lock.
 """
+
+import threading
 
 import numpy as np
 import psutil
@@ -77,7 +80,7 @@ class UnrollReplay:
     Args:
       unroll_spec: unrolls.UnrollSpec of one unroll (the queue's layout).
       capacity: unrolls held (--replay_size); the oldest are overwritten first.
-      prioritized: sample by priority (else uniformly).
+      prioritized: `sample` by priority (--replay_sampling=prioritized), else uniformly.
       alpha, beta: prioritized replay's priority and importance-sampling exponents.
     """
 
@@ -101,6 +104,9 @@ class UnrollReplay:
         else:
             self._buffer = ReplayBuffer(capacity, fields)
         self.bytes = capacity * bytes_per_unroll(unroll_spec)
+        # int64 [capacity]: times the unroll in each slot was replayed through `gather`.
+        self.sample_counts = np.zeros(capacity, np.int64)
+        self._lock = threading.Lock()
 
     @property
     def size(self):
@@ -111,8 +117,11 @@ class UnrollReplay:
         """Stores a dequeued batch: the flat list of [B, ...] numpy arrays, as the queue gives.
 
         Logs once, when the memory first becomes full."""
-        was_full = self.size == self.capacity
-        self._buffer.add(**dict(zip(self._names, flat_unrolls, strict=True)))
+        with self._lock:
+            was_full = self.size == self.capacity
+            first = self._buffer.add(**dict(zip(self._names, flat_unrolls, strict=True)))
+            written = (first + np.arange(len(flat_unrolls[0]))) % self.capacity
+            self.sample_counts[written] = 0  # new unrolls in those slots, never replayed
         if not was_full and self.size == self.capacity:
             logging.info(
                 "learner: replay memory full: %d unrolls (%.1f GiB)",
@@ -126,17 +135,36 @@ class UnrollReplay:
         `beta` overrides the constructor's (e.g. annealed). Uniform replay: weights are all 1
         and indexes None.
         """
-        if self.prioritized:
-            sampled = self._buffer.sample(num_unrolls, beta=self._beta if beta is None else beta)
-        else:
-            sampled = self._buffer.sample(num_unrolls)
-        flat = [
-            sampled[name].reshape(num_unrolls, *spec.shape)
-            for name, spec in zip(self._names, self._specs, strict=True)
-        ]
+        with self._lock:
+            if self.prioritized:
+                beta = self._beta if beta is None else beta
+                sampled = self._buffer.sample(num_unrolls, beta=beta)
+            else:
+                sampled = self._buffer.sample(num_unrolls)
+        flat = self._unpack(sampled, num_unrolls)
         if not self.prioritized:
             return flat, None, np.ones(num_unrolls, np.float32)
         return flat, sampled["indexes"], sampled["weights"].astype(np.float32)
+
+    def gather(self, indexes):
+        """The unrolls in slots `indexes` (int [n], each below `size`): flat list of [n, ...]
+        arrays. Counts nothing: `count_replayed` the ones trained on."""
+        with self._lock:
+            # cpprb's sample draws its indexes and hands them to this same method.
+            sampled = self._buffer._encode_sample(np.asarray(indexes))
+        return self._unpack(sampled, len(indexes))
+
+    def count_replayed(self, indexes):
+        """Adds one to the sample counts of slots `indexes` (int [n], distinct)."""
+        with self._lock:
+            self.sample_counts[indexes] += 1
+
+    def _unpack(self, sampled, num_unrolls):
+        """cpprb's dict of stored fields -> the flat list of [num_unrolls, ...] arrays."""
+        return [
+            sampled[name].reshape(num_unrolls, *spec.shape)
+            for name, spec in zip(self._names, self._specs, strict=True)
+        ]
 
     def update_priorities(self, indexes, priorities):
         """Sets the priorities of the unrolls at `indexes` (from `sample`); no-op if uniform.
@@ -145,4 +173,5 @@ class UnrollReplay:
         update was computed for its predecessor.
         """
         if self.prioritized:
-            self._buffer.update_priorities(indexes, np.asarray(priorities, np.float64))
+            with self._lock:
+                self._buffer.update_priorities(indexes, np.asarray(priorities, np.float64))

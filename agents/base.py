@@ -86,6 +86,11 @@ class Agent(snt.Module):
     def num_actions(self):
         return self._num_actions
 
+    @property
+    def recurrent(self):
+        """Whether the agent has a core stepped over time (its outputs depend on earlier steps)."""
+        return self._core is not None
+
     def describe(self):
         """'MLPAgent, 2 actions': this agent, as errors about agents that do not fit name it."""
         return f"{type(self).__name__}, {self._num_actions} actions"

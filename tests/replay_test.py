@@ -282,3 +282,15 @@ def test_priorities_change_after_a_learner_step():
     memory.update_priorities(indexes, priorities.numpy())
     _, _, weights_after = memory.sample(64, beta=1.0)
     assert len(np.unique(np.round(weights_after, 5))) > 1  # priorities now differ
+
+
+def test_gather_gives_the_slots_asked_for_and_counts_start_again_when_a_slot_is_overwritten():
+    memory = replay.UnrollReplay(small_spec(), capacity=4)
+    fill(memory, 4)  # slot i holds unroll i
+    np.testing.assert_array_equal(memory.gather(np.array([2, 0, 3]))[-1], [2, 0, 3])
+    memory.count_replayed(np.array([0, 1, 3]))
+    memory.count_replayed(np.array([1]))
+    np.testing.assert_array_equal(memory.sample_counts, [1, 2, 0, 1])
+    memory.add([np.zeros((2, 3), np.float32), np.zeros((2, 3), np.int32), np.array([4, 5])])
+    np.testing.assert_array_equal(memory.sample_counts, [0, 0, 0, 1])  # slots 0, 1 are new
+    np.testing.assert_array_equal(memory.gather(np.array([0, 1]))[-1], [4, 5])

@@ -22,7 +22,7 @@ import libtmux
 import psutil
 
 from frontend import launcher
-from tools.local_cluster import free_ports
+from tools.local_cluster import free_ports, run_processes
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
 FRONTEND = str(REPO / "run_experiment_mm_raw.py")
@@ -68,16 +68,6 @@ def tell_exit(repo, address, status):
 def run_id_of(out):
     """The run id the frontend printed first; its launch scripts export it as IMPALA_RUN_ID."""
     return re.match(r"Run (\S+): ", out).group(1)
-
-
-def run_processes(run_id):
-    """Every process on this machine (namespaces included) started for the run `run_id`."""
-    found = []
-    for process in psutil.process_iter():
-        with contextlib.suppress(psutil.Error):
-            if process.environ().get(launcher.RUN_ID_VARIABLE) == run_id:
-                found.append(process)
-    return found
 
 
 def wait_until(condition, timeout, what):

@@ -275,6 +275,17 @@ class WorkerSets:
         self.close()
 
 
+def run_processes(run_id):
+    """Every process on this machine (namespaces included) the frontend started for the run
+    `run_id` (its launch scripts export it): what the tests and bench/chaos.py look for."""
+    found = []
+    for process in psutil.process_iter():
+        with contextlib.suppress(psutil.Error):
+            if process.environ().get(launcher.RUN_ID_VARIABLE) == run_id:
+                found.append(process)
+    return found
+
+
 def experiment_processes(pid):
     """psutil.Process of `pid` and of its descendants that run experiment.py."""
     try:

@@ -18,7 +18,8 @@ recovered from the previous one:
   preempt  SIGTERM to a random learner rank (it saves and exits 6; the supervisor restarts
            the learners, which restore their checkpoint).
 
-The order is kill, stop, cut, preempt, then kills until the learners reach their budget. A
+The order is kill, stop, cut, preempt, then kills until the learners reach their budget (or
+--max_faults are made: the test's bound on its time). A
 fault's recovery: an actor's or the evaluator's next "connected to learner", the learners' next
 "training from" followed by a progress line, or (stop, cut) rank 0's frames growing again after
 the SIGCONT or the link's return.
@@ -65,10 +66,11 @@ SETTINGS = {
         "training": {
             "total_environment_frames": 1_500_000,
             "checkpoint_secs": 60,
-            "learner_wait_secs": 60,
+            # Longer than an actor's restart (as CartPole's 40 s; Pong's actors start slower).
+            "learner_wait_secs": 90,
         },
         "kill_interval_secs": 180,
-        "stop_secs": 90,
+        "stop_secs": 120,
         "cut_secs": 30,
         # The shape without chaos at 1.5M frames: -19.4 (mean of rank 0's last 100 games).
         "return_bar": -19.5,
@@ -103,12 +105,17 @@ SETTINGS = {
 }
 flags.DEFINE_float("kill_interval_secs", None, "Seconds between faults (CartPole 15, Pong 180).")
 flags.DEFINE_float(
-    "stop_secs", None, "How long learner rank 1 stays stopped; more than --learner_wait_secs."
+    "stop_secs",
+    None,
+    "How long learner rank 1 stays stopped (CartPole 45, Pong 120); more than --learner_wait_secs.",
 )
 flags.DEFINE_float("cut_secs", None, "How long actor-1-0 is cut off (CartPole 15, Pong 30).")
 flags.DEFINE_float("return_bar", None, "The learning bar (CartPole 150, Pong -19.5).")
 flags.DEFINE_float("restart_backoff_secs", None, "The frontend's (CartPole 1, Pong 5).")
 flags.DEFINE_float("restart_window_secs", None, "The frontend's (CartPole 60, Pong 600).")
+flags.DEFINE_integer(
+    "max_faults", 0, "Faults in all, the kill, stop, cut and preempt first; 0: until the budget."
+)
 flags.DEFINE_float("recovery_timeout_secs", 600, "A fault not recovered from by then fails.")
 flags.DEFINE_float("timeout_secs", 3600, "The whole run's bound; then everything is killed.")
 flags.DEFINE_integer("chaos_seed", None, "Seed of the kills' targets; none: a random one.")
@@ -387,7 +394,7 @@ def chaos(run, rng, chaos_config):
             if current.recovered_t or run.t() - current.t > FLAGS.recovery_timeout_secs:
                 print(current.line(), flush=True)
                 next_at, current = run.t() + interval, None
-        elif next_at is not None and run.t() >= next_at and not run.finished():
+        elif next_at is not None and run.t() >= next_at and _more_faults(run, faults):
             current = inject(run, kinds[0] if kinds else "kill", rng, chaos_config)
             if current:
                 print(f"{current.t:>7.0f}  {current.kind} {current.target}", flush=True)
@@ -398,6 +405,11 @@ def chaos(run, rng, chaos_config):
         follow_fault(run, current)
         print(current.line(), flush=True)
     return faults
+
+
+def _more_faults(run, faults):
+    """Whether another fault is due: training goes on and --max_faults are not made yet."""
+    return not run.finished() and (FLAGS.max_faults == 0 or len(faults) < FLAGS.max_faults)
 
 
 def checks(run, faults, chaos_config):

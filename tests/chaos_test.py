@@ -33,6 +33,7 @@ def test_chaos_on_cartpole_recovers_from_every_fault(start, tmp_path):
             f"--output_dir={tmp_path / 'runs'}",
             f"--timeout_secs={TIMEOUT_SECS}",
             "--kill_interval_secs=10",
+            "--max_faults=4",  # One of each kind: the random kills after them take minutes.
             "--recovery_timeout_secs=180",
         ],
         "chaos",

@@ -142,5 +142,7 @@ def test_learners_whose_checkpoints_keep_failing_stop_together(spawn, tmp_path):
     assert log.count("not written: Operation not permitted") == 2, log[-3000:]
     assert "2 checkpoint(s) in a row not written (--max_failed_checkpoints): stopping" in log
     assert "Traceback" not in log
-    assert actor.wait(timeout=60) == 0, actor.log()[-3000:]
+    # Stopped short of its budget: its actor is not told training finished (it waits for the
+    # learner's return, then gives up: tests/learner_stop_test.py).
+    assert "learner finished training" not in actor.log()
     assert os.listdir(logdir / "checkpoints") == []

@@ -315,8 +315,15 @@ def test_follow_restarts_an_actor_that_gave_up_on_its_killed_learner(
     )
     assert following.wait(900) == 0, following.out()[-5000:] + following.err()
     actor_log = frontend_runs.log_text(logdir, "actor-0-0")
-    gave_up = actor_log.index("not reachable/initialised after 5 s (--learner_wait_secs)")
-    assert "connected to learner" in actor_log[gave_up:], actor_log[-3000:]
+    # Gone (no server answering) or, if its call to the dead learner timed out first, still
+    # (learner_link.StallWatch): either way after --learner_wait_secs, whole seconds under load.
+    gave_up = re.search(
+        r"not reachable/initialised after \d+ s \(--learner_wait_secs\)"
+        r"|parameters stayed at version \S+ for \d+ s \(--learner_wait_secs=5\)",
+        actor_log,
+    )
+    assert gave_up, actor_log[-3000:]
+    assert "connected to learner" in actor_log[gave_up.end() :], actor_log[-3000:]
     learner_log = frontend_runs.log_text(logdir, "learner-0")
     assert learner_log.count("serving actors") == 2, learner_log[-3000:]
     assert re.search(r"stopped at \d+ environment frames \(frame budget reached\)", learner_log)

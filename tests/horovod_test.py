@@ -147,7 +147,10 @@ def test_a_learner_whose_actors_die_stops_all_learners_cleanly(start, spawn, tmp
     actors[1].kill()
     # Bounded: the batch timeout plus a final checkpoint and the finish grace period.
     assert learners.wait(timeout=120) == EXIT_STARVED
-    assert actors[0].wait(timeout=60) == 0, actors[0].log()[-3000:]
+    # The surviving actor is not told training finished (its learners stopped short of their
+    # budget): it waits --learner_wait_secs for their return, then gives up
+    # (tests/learner_stop_test.py shows that end).
+    assert "learner finished training" not in actors[0].log()
     log = learners.log()
     dead_actor = worker_sets[1][1].split("=", 1)[1]
     assert f"[learner rank 1/2] no batch of 16 unrolls from actors {dead_actor} in 15 s" in log

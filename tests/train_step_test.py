@@ -143,7 +143,9 @@ def test_the_xla_step_updates_as_the_plain_step(agent_name):
     rounding of such a g (XLA fuses and orders the sums differently) turned into up to 18 % of
     a step for one parameter of ResNetAgent (CI, twice in 2 runs). With epsilon 1 the update is
     near-linear in g: the worst of ~10^6 parameters differed by 1e-4 of a step (ResNetAgent and
-    ResNetLSTMAgent, 4 initialisations each) against 0.028 with the default."""
+    ResNetLSTMAgent, 4 initialisations each) against 0.028 with the default; under the suite's
+    load on an AMD EPYC, one LSTM bias differed by 1.3e-3 of a step (TF's thread pools then
+    order the sums otherwise), so each update must agree to 5e-3 of a step."""
     agent = agents.agent_factory(agent_name)(3)
     spec = ((4,), np.float32) if agent_name == "MLPAgent" else ((84, 84, 4), np.uint8)
     batch = random_unrolls.random_unroll(agent, spec, 3, 4, 5, np.random.default_rng(0))
@@ -171,9 +173,9 @@ def test_the_xla_step_updates_as_the_plain_step(agent_name):
     for name, value in plain_outputs.items():
         np.testing.assert_allclose(xla_outputs[name], value, rtol=1e-4, atol=1e-5, err_msg=name)
     np.testing.assert_allclose(xla_priorities, plain_priorities, rtol=1e-4, atol=1e-6)
-    # The updates, to 1e-3 of each and of an Adam step (~the learning rate).
+    # The updates, to 1e-3 of each and 5e-3 of an Adam step (~the learning rate).
     for before, after_plain, after_xla in zip(initial, plain, xla, strict=True):
         assert not np.array_equal(after_plain, before)  # Adam moves every parameter
         np.testing.assert_allclose(
-            after_xla - before, after_plain - before, rtol=1e-3, atol=1e-3 * config.learning_rate
+            after_xla - before, after_plain - before, rtol=1e-3, atol=5e-3 * config.learning_rate
         )

@@ -1,4 +1,4 @@
-"""The learner of one worker set: batches of unrolls -> V-trace loss -> Horovod-averaged step.
+"""The learner of one worker set: batches of unrolls -> actor-critic loss -> Horovod-summed step.
 
 Every learner is one Horovod rank (one rank without mpirun when there is a single learner).
 Per step, in order:
@@ -10,7 +10,8 @@ Per step, in order:
      and their return sum. Every rank thus sees the same global frame count and the same
      decision to stop, so all ranks take the same number of steps and none is left waiting
      inside a gradient allreduce;
-  3. V-trace loss on the batch (its on-policy and replayed unrolls), gradients summed over
+  3. train_step.actor_critic_loss on the batch (its on-policy and replayed unrolls: PPO's
+     clipped surrogate on V-trace targets by default), gradients summed over
      ranks (one grouped Horovod allreduce; with XLA the loss-and-gradients and the update are
      each compiled around it: --xla, by default whichever is cheaper here), optional
      global-norm clipping, an optimizer step with the learning rate decayed linearly to 0 over

@@ -12,7 +12,9 @@ For each agent (Atari shapes: 84x84x4 frames, 6 actions) every rank times, in th
 Rank 0 prints a table with both (median ms) and their ratio, then one JSON line.
 """
 
+import faulthandler
 import json
+import signal
 import time
 
 import horovod.tensorflow as hvd
@@ -88,6 +90,7 @@ def measure(agent_name, rng):
 
 def main(argv):
     del argv
+    faulthandler.register(signal.SIGUSR1, all_threads=True)  # bench.scaling: a stuck run's stacks
     hvd.init()
     rng = np.random.default_rng(hvd.rank())
     results = [measure(name, rng) for name in FLAGS.agents]

@@ -5,7 +5,8 @@
 (from the repository root). Two learners (one MPMD mpirun), three actors and an evaluator on
 loopback (free ports), started by run_experiment_mm_raw.py --follow, which supervises them.
 Over the run, one fault at a time, each --kill_interval_secs after the run began training or
-recovered from the previous one:
+recovered from the previous one, or sooner for the first four once rank 0's frames passed 1/5,
+2/5, 3/5 and 4/5 of the budget (so that each kind comes before the budget on a fast machine):
 
   kill     SIGKILL to a random worker (an actor, the evaluator, a learner rank);
   stop     SIGSTOP to learner rank 1 for --stop_secs (longer than --learner_wait_secs: the
@@ -57,6 +58,7 @@ from tools import local_cluster
 FRONTEND = str(local_cluster.REPO / "run_experiment_mm_raw.py")
 LEARNER_ACTOR = "actor-1-0"  # Learner 1's only actor (actor k feeds learner k mod 2).
 STOPPED = "learner-1"
+FIRST_KINDS = ("kill", "stop", "cut", "preempt")  # One of each, in this order, then kills.
 WORKERS = ["actor-0-0", "actor-0-1", LEARNER_ACTOR, "evaluator-0", "learner-0", "learner-1"]
 # Per environment family: the run's training settings (flags given on the command line win)
 # and the chaos's own defaults.
@@ -381,7 +383,6 @@ def _recovery(run, fault):
 
 def chaos(run, rng, chaos_config):
     """Makes the faults, one at a time, until the run ends; returns them."""
-    kinds = ["kill", "stop", "cut", "preempt"]
     interval = chaos_config["kill_interval_secs"]
     faults, current = [], None
     deadline = run.start + FLAGS.timeout_secs
@@ -394,12 +395,12 @@ def chaos(run, rng, chaos_config):
             if current.recovered_t or run.t() - current.t > FLAGS.recovery_timeout_secs:
                 print(current.line(), flush=True)
                 next_at, current = run.t() + interval, None
-        elif next_at is not None and run.t() >= next_at and _more_faults(run, faults):
-            current = inject(run, kinds[0] if kinds else "kill", rng, chaos_config)
+        elif next_at is not None and _fault_due(run, faults, next_at):
+            kind = FIRST_KINDS[len(faults)] if len(faults) < len(FIRST_KINDS) else "kill"
+            current = inject(run, kind, rng, chaos_config)
             if current:
                 print(f"{current.t:>7.0f}  {current.kind} {current.target}", flush=True)
                 faults.append(current)
-                kinds = kinds[1:]
         time.sleep(POLL_SECS)
     if current:  # the run ended meanwhile: its budget reached first, or not recovered
         follow_fault(run, current)
@@ -407,9 +408,17 @@ def chaos(run, rng, chaos_config):
     return faults
 
 
-def _more_faults(run, faults):
-    """Whether another fault is due: training goes on and --max_faults are not made yet."""
-    return not run.finished() and (FLAGS.max_faults == 0 or len(faults) < FLAGS.max_faults)
+def _fault_due(run, faults, next_at):
+    """Whether the next fault is due: training goes on, --max_faults are not made yet, and
+    either next_at has come or, for each of FIRST_KINDS, training passed its share of the budget
+    (1/5, 2/5, 3/5, 4/5): on a fast machine the budget came before the last of them."""
+    if run.finished() or (FLAGS.max_faults and len(faults) >= FLAGS.max_faults):
+        return False
+    if run.t() >= next_at:
+        return True
+    share = (len(faults) + 1) / (len(FIRST_KINDS) + 1)
+    frames = chaos_checks.last_frames(run.log("learner-0"))
+    return len(faults) < len(FIRST_KINDS) and frames >= share * run.config.total_environment_frames
 
 
 def checks(run, faults, chaos_config):

@@ -26,13 +26,16 @@ Printed: the measured table, the projection and, last, one JSON line.
 """
 
 import contextlib
+import ipaddress
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import tempfile
 
+import psutil
 from absl import app, flags
 
 from tools import local_cluster, network_namespaces
@@ -76,6 +79,7 @@ exit 1
 """
 # One run of bench/allreduce.py takes 10-60 s here; one that runs longer is stuck.
 RUN_TIMEOUT_SECS = 300
+STACKS_SECS = 5  # A stuck run's wait for its ranks' stacks.
 _JSON_LINE = re.compile(r"^\{.*\"results\".*\}$", re.MULTILINE)
 
 
@@ -103,7 +107,9 @@ def allreduce_bench(extra_flags, mpirun_args=(), namespaces=(), rsh_agent=None):
             # its rank talks to the others over the shaped links only (TCP, no shared memory).
             *("--mca", "plm_rsh_agent", rsh_agent),
             *("--mca", "plm_rsh_no_tree_spawn", "1"),
-            *("--mca", "oob_tcp_if_include", "10.0.0.0/8"),
+            # mpirun's end: only the namespaces' own /24s, not other tests' veths, which come
+            # and go in 10.0.0.0/8 here (inside a namespace, its veth is the only one).
+            *("--mca", "oob_tcp_if_include", _subnets(namespaces)),
             *("--mca", "btl", "tcp,self"),
             *("--mca", "btl_tcp_if_include", "10.0.0.0/8"),
             *("-H", ",".join(ns.ip for ns in namespaces)),
@@ -111,31 +117,44 @@ def allreduce_bench(extra_flags, mpirun_args=(), namespaces=(), rsh_agent=None):
             *mpirun_args,
             *command,
         ]
+    # From the root, which `-m` puts on sys.path for bench.allreduce's imports.
+    run = subprocess.Popen(
+        command, cwd=local_cluster.REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
     try:
-        done = subprocess.run(
-            # From the root, which `-m` puts on sys.path for bench.allreduce's imports.
-            command,
-            cwd=local_cluster.REPO,
-            capture_output=True,
-            text=True,
-            timeout=RUN_TIMEOUT_SECS,
-        )
-    except subprocess.TimeoutExpired as e:
+        stdout, stderr = run.communicate(timeout=RUN_TIMEOUT_SECS)
+    except subprocess.TimeoutExpired:
+        stdout, stderr = _stacks_then_kill(run, namespaces)
         raise RuntimeError(
-            f"{' '.join(command[:12])} ... still running after {RUN_TIMEOUT_SECS} s:\n"
-            f"{_text(e.stdout)[-2000:]}\n{_text(e.stderr)[-3000:]}"
+            f"{' '.join(command[:12])} ... still running after {RUN_TIMEOUT_SECS} s (its ranks'"
+            f" stacks last):\n{stdout[-2000:]}\n{stderr[-12000:]}"
         ) from None
-    if done.returncode != 0 or not _JSON_LINE.search(done.stdout):
+    if run.returncode != 0 or not _JSON_LINE.search(stdout):
         raise RuntimeError(
-            f"{' '.join(command[:12])} ... exited {done.returncode}:\n"
-            f"{done.stdout[-2000:]}\n{done.stderr[-3000:]}"
+            f"{' '.join(command[:12])} ... exited {run.returncode}:\n{stdout[-2000:]}\n"
+            f"{stderr[-3000:]}"
         )
-    return json.loads(_JSON_LINE.findall(done.stdout)[-1])
+    return json.loads(_JSON_LINE.findall(stdout)[-1])
 
 
-def _text(output):
-    """A TimeoutExpired's captured output (bytes, str or None) as text."""
-    return output.decode(errors="replace") if isinstance(output, bytes) else output or ""
+def _subnets(namespaces):
+    """The /24s of `namespaces`' links, comma-separated, as Open MPI's *_if_include take them."""
+    return ",".join(str(ipaddress.ip_interface(f"{ns.ip}/24").network) for ns in namespaces)
+
+
+def _stacks_then_kill(run, namespaces):
+    """A stuck run's (stdout, stderr), with every rank's Python stacks (SIGUSR1: bench/allreduce.py
+    dumps them, and orted forwards them to mpirun's stderr), after which it is killed."""
+    for ns in namespaces:  # the ranks: not mpirun's children (their orteds daemonize)
+        for pid in network_namespaces.run("ip", "netns", "pids", ns.name).split():
+            with contextlib.suppress(psutil.NoSuchProcess):
+                rank = psutil.Process(int(pid))
+                if "bench.allreduce" in " ".join(rank.cmdline()):
+                    rank.send_signal(signal.SIGUSR1)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        return run.communicate(timeout=STACKS_SECS)
+    run.kill()
+    return run.communicate()
 
 
 def shape_links(namespaces, rate):

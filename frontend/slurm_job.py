@@ -21,6 +21,7 @@
 """
 
 import argparse
+import contextlib
 import os
 import shutil
 import signal
@@ -165,7 +166,8 @@ class Step:
 
     def stop(self, signum=signal.SIGTERM):
         if self.process.poll() is None:
-            os.killpg(self.process.pid, signum)
+            with contextlib.suppress(ProcessLookupError):  # It ended since.
+                os.killpg(self.process.pid, signum)
 
 
 def say(text):
@@ -225,7 +227,8 @@ def _schedule_restart(step, status, policy):
     its budget is spent or its status says a restart cannot mend it."""
     if step.restart_at is not None:
         return True
-    cause = supervisor.describe_exit(status)
+    # srun exits 128 + N when signal N killed its task.
+    cause = supervisor.describe_exit(-(status - 128) if status > 128 else status)
     now = time.monotonic()
     step.restarts = [t for t in step.restarts if now - t <= policy.window_secs]
     if status == exit_codes.EXIT_BAD_INPUT or len(step.restarts) >= policy.max_restarts:
@@ -261,11 +264,13 @@ def main(argv=None, environ=os.environ):
     )
     mpirun, clients = start(args, environ)
     status = supervise(mpirun, clients, policy, signals)
-    if mpirun.status() is None:
-        say(f"ending the job ({supervisor.describe_exit(status)}): stopping the learners")
-        mpirun.stop()
+    if signals.received is not None:
+        say(f"{signal.Signals(signals.received).name} received: stopping every worker")
+    elif mpirun.status() is None:
+        say("ending the job: stopping the learners")
     else:
         say(f"the learners' mpirun {supervisor.describe_exit(status)}; stopping the rest")
+    mpirun.stop()
     finish(clients, args.final_evaluation_secs if status == 0 else 0)
     return status
 

@@ -225,14 +225,18 @@ def batch_script(request, argv, launch_dir, run_id, repo_dir):
     return "\n".join(lines) + "\n"
 
 
+class SubmitError(RuntimeError):
+    """sbatch refused the job: its message."""
+
+
 def submit(script_path):
-    """Submits the batch script; returns the job's id. Raises RuntimeError with sbatch's
+    """Submits the batch script; returns the job's id. Raises SubmitError with sbatch's
     message if it refuses."""
     result = subprocess.run(
         ["sbatch", "--parsable", script_path], capture_output=True, text=True, timeout=60
     )
     if result.returncode != 0:
-        raise RuntimeError(f"sbatch refused {script_path}: {result.stderr.strip()}")
+        raise SubmitError(f"sbatch refused {script_path}: {result.stderr.strip()}")
     return int(result.stdout.strip().split(";")[0])  # 'ID' or 'ID;CLUSTER'.
 
 

@@ -49,7 +49,11 @@ def launch_main(console, options, check_level, run_id, entry_point):
     os.makedirs(options.launch_dir, exist_ok=True)
     with open(script_path, "w") as f:
         f.write(script)
-    job_id = slurm.submit(script_path)
+    try:
+        job_id = slurm.submit(script_path)
+    except slurm.SubmitError as e:
+        console.warn(e)
+        return 1
     state = {"run_id": run_id, "launcher": "slurm", "job_id": job_id, "script": script_path}
     run_state.write(options.launch_dir, state)
     console.say(f"Run {run_id} started: Slurm job {job_id}; logs in {options.launch_dir}.")

@@ -1,5 +1,6 @@
 """A one-node Slurm cluster for the Slurm launcher's tests: munged, slurmctld and slurmd of
-Debian's `munge` and `slurm-wlm` packages (scripts/setup.sh installs them), run as this test's
+Debian's `munge`, `slurmctld`, `slurmd` and `slurm-client` packages (scripts/setup.sh
+installs them), run as this test's
 children with a configuration written to a temporary directory.
 
 The node is `localhost`, with this machine's memory. It declares SLURM_CPUS CPUs whatever this
@@ -37,7 +38,7 @@ def skip_reason():
         return "needs root to run slurmd"
     for tool in (*DAEMONS, *CLIENTS):
         if not shutil.which(tool):
-            return f"{tool} is not installed (scripts/setup.sh installs slurm-wlm and munge)"
+            return f"{tool} is not installed (scripts/setup.sh installs Slurm and munge)"
     return None
 
 

@@ -1,7 +1,6 @@
 """A one-node Slurm cluster for the Slurm launcher's tests: munged, slurmctld and slurmd of
-Debian's `munge`, `slurmctld`, `slurmd` and `slurm-client` packages (scripts/setup.sh
-installs them), run as this test's
-children with a configuration written to a temporary directory.
+Debian's `munge`, `slurmctld`, `slurmd` and `slurm-client` packages (scripts/setup.sh installs
+them), run as this test's children with a configuration written to a temporary directory.
 
 The node is `localhost`, with this machine's memory. It declares SLURM_CPUS CPUs whatever this
 machine has (SlurmdParameters=config_overrides): a CPU is only a scheduling figure here, and a

@@ -95,10 +95,15 @@ def define_flags(flags):
     flags.DEFINE_integer(
         "slurm_evaluators", 0, "--launcher=slurm: evaluators, at most one a learner.", lower_bound=0
     )
-    for role in ("learner", "actor", "evaluator"):
-        flags.DEFINE_integer(
-            f"slurm_cpus_per_{role}", 1, f"--launcher=slurm: CPUs of each {role}.", lower_bound=1
-        )
+    flags.DEFINE_integer(
+        "slurm_cpus_per_learner", 1, "--launcher=slurm: CPUs of each learner.", lower_bound=1
+    )
+    flags.DEFINE_integer(
+        "slurm_cpus_per_actor", 1, "--launcher=slurm: CPUs of each actor.", lower_bound=1
+    )
+    flags.DEFINE_integer(
+        "slurm_cpus_per_evaluator", 1, "--launcher=slurm: CPUs of each evaluator.", lower_bound=1
+    )
     flags.DEFINE_integer(
         "slurm_gpus_per_learner",
         0,

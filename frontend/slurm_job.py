@@ -20,7 +20,6 @@
    stops everything: exit 128 + 15.
 """
 
-import argparse
 import contextlib
 import os
 import shutil
@@ -28,6 +27,9 @@ import signal
 import subprocess
 import sys
 import time
+import types
+
+from absl import flags
 
 import exit_codes
 from frontend import launcher, slurm_hosts, supervisor, workers_csv
@@ -36,22 +38,30 @@ ROLES = ("learner", "actor", "evaluator")  # Het-job component k holds the ROLES
 POLL_SECS = 1.0
 
 
+# Its own FlagValues: this entry point's flags are not the frontend's.
+FLAGS = flags.FlagValues()
+flags.DEFINE_string("launch_dir", None, "The run's LOGDIR/launch.", flag_values=FLAGS)
+flags.DEFINE_string("run_id", None, "The run's id, exported to every worker.", flag_values=FLAGS)
+flags.DEFINE_integer("learners", None, "Learners.", flag_values=FLAGS)
+flags.DEFINE_integer("actors_per_learner", None, "Actors of each learner.", flag_values=FLAGS)
+flags.DEFINE_integer("evaluators", 0, "Evaluators, at most one a learner.", flag_values=FLAGS)
+flags.DEFINE_list("cpus", None, "CPUs of a learner, an actor, an evaluator.", flag_values=FLAGS)
+flags.DEFINE_integer("gpus_per_learner", 0, "GPUs of each learner.", flag_values=FLAGS)
+flags.DEFINE_bool("hetjob", False, "Component k holds the ROLES[k] tasks.", flag_values=FLAGS)
+flags.DEFINE_float("restart_backoff_secs", 5, "As the frontend's flag.", flag_values=FLAGS)
+flags.DEFINE_integer("max_restarts", 5, "As the frontend's flag.", flag_values=FLAGS)
+flags.DEFINE_float("restart_window_secs", 600, "As the frontend's flag.", flag_values=FLAGS)
+flags.DEFINE_float("final_evaluation_secs", 900, "As the frontend's flag.", flag_values=FLAGS)
+flags.mark_flags_as_required(
+    ["launch_dir", "run_id", "learners", "actors_per_learner", "cpus"], flag_values=FLAGS
+)
+
+
 def parse_args(argv):
-    parser = argparse.ArgumentParser(prog="frontend.slurm_job", description=__doc__.split("\n")[0])
-    parser.add_argument("--launch_dir", required=True)
-    parser.add_argument("--run_id", required=True)
-    parser.add_argument("--learners", type=int, required=True)
-    parser.add_argument("--actors_per_learner", type=int, required=True)
-    parser.add_argument("--evaluators", type=int, default=0)
-    parser.add_argument("--cpus", required=True, help="CPUs of a learner, an actor, an evaluator")
-    parser.add_argument("--gpus_per_learner", type=int, default=0)
-    parser.add_argument("--hetjob", action="store_true")
-    parser.add_argument("--restart_backoff_secs", type=float, default=5)
-    parser.add_argument("--max_restarts", type=int, default=5)
-    parser.add_argument("--restart_window_secs", type=float, default=600)
-    parser.add_argument("--final_evaluation_secs", type=float, default=900)
-    parser.add_argument("training_flags", nargs="*")
-    return parser.parse_args(argv)
+    """The job's settings from `argv` (no program name): its flags, then after `--` the
+    training flags, as `training_flags`."""
+    remaining = FLAGS(["frontend.slurm_job", *argv])
+    return types.SimpleNamespace(**FLAGS.flag_values_dict(), training_flags=remaining[1:])
 
 
 def role_counts(args):
@@ -197,7 +207,7 @@ def start(args, environ):
     # Open MPI starts its daemons on the learners' other nodes with srun, whose step would
     # otherwise take those nodes' every CPU and keep the actors' steps from starting.
     mpirun = Step("learners", ["bash", plan.mpirun.script_path], dict(environ, SLURM_OVERLAP="1"))
-    cpus = dict(zip(ROLES, map(int, args.cpus.split(",")), strict=True))
+    cpus = dict(zip(ROLES, map(int, args.cpus), strict=True))
     clients = [Step(c.name, srun_argv(c, args, cpus), dict(environ)) for c in plan.clients]
     return mpirun, clients
 

@@ -88,7 +88,8 @@ flags.DEFINE_bool(
     "After starting, print the learners' log and supervise the run until training ends: a "
     "worker that fails (exits non-zero or is killed) is restarted, within --max_restarts; then "
     "stop what is left. Ctrl-C stops following and supervising only (the run goes on); SIGTERM "
-    "or SIGHUP stop the whole run (exit 128 + the signal's number).",
+    "or SIGHUP stop the whole run (exit 128 + the signal's number). --launcher=slurm: after "
+    "submitting, --watch the job (the job supervises its own workers).",
 )
 flags.DEFINE_float(
     "restart_backoff_secs",

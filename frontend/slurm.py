@@ -135,6 +135,15 @@ def define_flags(flags):
 
 
 def _register_checks(flags):
+    names = [name for name in flags.FLAGS if name.startswith("slurm_")]
+
+    def only_with_the_slurm_launcher(values):
+        changed = [name for name in names if values[name] != flags.FLAGS[name].default]
+        if changed and values["launcher"] != "slurm":
+            raise flags.ValidationError(f"--{changed[0]} needs --launcher=slurm")
+        return True
+
+    flags.register_multi_flags_validator(["launcher", *names], only_with_the_slurm_launcher)
     flags.register_validator(
         "slurm_time_limit",
         lambda text: not text or TIME_LIMIT.match(text),

@@ -13,9 +13,10 @@ import subprocess
 
 # The TF ports of a job: a block of `workers` ports from PORT_BASE, placed by the job's id so
 # that jobs with neighbouring ids (running at the same time, maybe on one node) get disjoint
-# blocks; ids wrap around after PORT_SPAN // workers jobs.
+# blocks; ids wrap around after PORT_SPAN // workers jobs. Below Linux's ephemeral ports
+# (32768 on, by default), which the system hands out to outgoing connections.
 PORT_BASE = 20000
-PORT_SPAN = 40000
+PORT_SPAN = 12000
 
 _COUNT = re.compile(r"^(\d+)(?:\(x(\d+)\))?$")
 

@@ -65,6 +65,12 @@ def test_bad_flags_are_refused_by_name_before_submitting(tmp_path, args, named):
     assert not logdir.exists()
 
 
+def test_slurm_flags_are_refused_with_the_csv_launcher(tmp_path):
+    code, out, err = frontend(f"--logdir={tmp_path}", "--slurm_learners=2", "--dry_run")
+    assert code == 2, out + err
+    assert "--slurm_learners needs --launcher=slurm" in err
+
+
 def test_tasks_fill_the_nodes_in_order(monkeypatch):
     assert slurm_hosts.tasks_per_node("2(x2),1") == [2, 2, 1]
     nodes = {"cpu[1-3]": ["cpu1", "cpu2", "cpu3"], "gpu7": ["gpu7"]}

@@ -18,7 +18,7 @@ from tools.local_cluster import run_processes
 pytestmark = pytest.mark.slow
 
 BUDGET = 400_000  # frames: learnt by 1 learner + 2 actors (tests/training_settings.py)
-TRAINING_TIMEOUT_SECS = 900
+TRAINING_TIMEOUT_SECS = 720  # Within pytest's --timeout of 900 s, to fail with the log.
 
 
 @pytest.fixture(scope="module")

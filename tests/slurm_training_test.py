@@ -71,7 +71,8 @@ def test_a_slurm_job_trains_cartpole_to_the_bar(cluster, start, tmp_path):
 
 def test_stop_cancels_a_job_of_two_learners_and_leaves_nothing(cluster, start, tmp_path):
     """Two learners (one MPMD mpirun inside the job) with an actor each; a killed actor's srun
-    step is started again; --stop then ends the job and every process of it."""
+    step is started again; --stop then ends the job and every process of it, which --watch
+    saw running."""
     logdir = tmp_path / "logdir"
     args = ["--slurm_learners=2", "--slurm_actors_per_learner=1", "--restart_backoff_secs=1"]
     submit = start(
@@ -82,6 +83,7 @@ def test_stop_cancels_a_job_of_two_learners_and_leaves_nothing(cluster, start, t
     assert submit.wait(timeout=60) == 0, submit.log()
     run_id = run_id_of(submit.log())
     wait_until(lambda: log_text(logdir, "mpirun").count("serving actors") == 2, 300, "learners")
+    watch = start(frontend_argv(logdir, "--watch"), "watch", env=cluster.env)
     actor = next(p for p in run_processes(run_id) if "--job_name=actor" in p.cmdline())
     actor.send_signal(signal.SIGKILL)
     job_log = next((logdir / "launch").glob("slurm-*.out"))
@@ -90,3 +92,7 @@ def test_stop_cancels_a_job_of_two_learners_and_leaves_nothing(cluster, start, t
     assert stop.wait(timeout=180) == 0, stop.log()
     assert "cancelled, gone from the queue" in stop.log()
     check_gone(cluster, logdir, run_id)
+    assert watch.wait(timeout=60) == 1, watch.log()  # The job did not complete.
+    assert re.search(r"Slurm job \d+: RUNNING", watch.log()), watch.log()
+    assert re.search(r"\[learner 1 [\d:]+\] \[learner rank 1/2\] serving actors", watch.log())
+    assert re.search(r"Slurm job \d+ ended: CANCELLED", watch.log()), watch.log()

@@ -40,7 +40,7 @@ THIRD_PARTY_FLAGS = {
     "debootstrap": {"variant"},
     "sbatch and srun": {
         *("ntasks", "cpus-per-task", "gpus-per-task", "partition", "time", "job-name"),
-        *("mem-per-cpu", "het-group", "exact", "mpi", "multi-prog"),
+        *("mem-per-cpu", "het-group", "exact", "mpi", "multi-prog", "export"),
     },
 }
 

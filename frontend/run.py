@@ -20,6 +20,7 @@ from frontend import (
     launcher,
     plan_report,
     run_state,
+    slurm,
     slurm_run,
     startup,
     stopping,
@@ -51,6 +52,9 @@ def main(options):
         console.add_secrets(e.secrets)
         console.warn(e)
         return exit_codes.EXIT_BAD_INPUT
+    except slurm.SlurmError as e:
+        console.warn(e)
+        return 1
     except Exception:
         console.warn(traceback.format_exc())
         return 1

@@ -239,33 +239,37 @@ def batch_script(request, argv, launch_dir, run_id, repo_dir):
     return "\n".join(lines) + "\n"
 
 
-class SubmitError(RuntimeError):
-    """sbatch refused the job: its message."""
+class SlurmError(RuntimeError):
+    """A Slurm command failed (sbatch refused the job, squeue cannot reach slurmctld...): its
+    message."""
 
 
 def submit(script_path):
-    """Submits the batch script; returns the job's id. Raises SubmitError with sbatch's
+    """Submits the batch script; returns the job's id. Raises SlurmError with sbatch's
     message if it refuses."""
     result = subprocess.run(
         ["sbatch", "--parsable", script_path], capture_output=True, text=True, timeout=60
     )
     if result.returncode != 0:
-        raise SubmitError(f"sbatch refused {script_path}: {result.stderr.strip()}")
+        raise SlurmError(f"sbatch refused {script_path}: {result.stderr.strip()}")
     return int(result.stdout.strip().split(";")[0])  # 'ID' or 'ID;CLUSTER'.
 
 
 def job_state(job_id):
     """The job's state as squeue shows it (PENDING, RUNNING, COMPLETING...; a het job's first
-    component's), or '' once it is gone from the queue."""
+    component's), or '' once it is gone from the queue. Raises SlurmError if squeue fails
+    otherwise (slurmctld unreachable): a job not seen is not a job gone."""
     result = subprocess.run(
         ["squeue", "--noheader", f"--jobs={job_id}", "--format=%T %r"],
         capture_output=True,
         text=True,
         timeout=60,
     )
-    # squeue refuses ids it has forgotten (MinJobAge after the end): gone too.
-    lines = result.stdout.split("\n") if result.returncode == 0 else []
-    return lines[0].strip()
+    if result.returncode == 0:
+        return result.stdout.split("\n")[0].strip()
+    if "Invalid job id" in result.stderr:  # Forgotten (MinJobAge after its end): gone too.
+        return ""
+    raise SlurmError(f"squeue: {result.stderr.strip()}")
 
 
 def final_state(job_id):
@@ -284,7 +288,8 @@ def final_state(job_id):
 def cancel(job_id, timeout, say):
     """scancel, then waits (at most `timeout` s) until the job has left the queue: Slurm has
     signalled and reaped every process of it. Returns whether it left."""
-    subprocess.run(["scancel", str(job_id)], check=True, timeout=60)
+    # Its status is not the answer: a job that ended meanwhile makes scancel fail, and is gone.
+    subprocess.run(["scancel", str(job_id)], capture_output=True, timeout=60)
     deadline = time.monotonic() + timeout
     while job_state(job_id):
         if time.monotonic() > deadline:

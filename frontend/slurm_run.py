@@ -1,5 +1,6 @@
 """The frontend's commands for --launcher=slurm: submit the run's batch job (checked first,
-printed with --dry_run), --watch it, --stop it (scancel). Exit codes as frontend/run.py's."""
+printed with --dry_run), --watch it, --stop it (scancel). Exit codes as frontend/run.py's; a
+Slurm command that fails (slurm.SlurmError) ends them, and frontend/run.py says why (exit 1)."""
 
 import os
 import shutil
@@ -49,11 +50,7 @@ def launch_main(console, options, check_level, run_id, entry_point):
     os.makedirs(options.launch_dir, exist_ok=True)
     with open(script_path, "w") as f:
         f.write(script)
-    try:
-        job_id = slurm.submit(script_path)
-    except slurm.SubmitError as e:
-        console.warn(e)
-        return 1
+    job_id = slurm.submit(script_path)
     state = {"run_id": run_id, "launcher": "slurm", "job_id": job_id, "script": script_path}
     run_state.write(options.launch_dir, state)
     console.say(f"Run {run_id} started: Slurm job {job_id}; logs in {options.launch_dir}.")

@@ -251,11 +251,14 @@ def _schedule_restart(step, status, policy):
     return True
 
 
-def finish(clients, final_evaluation_secs):
-    """After the learners: waits for the evaluators' final evaluation, then stops the rest."""
+def finish(clients, final_evaluation_secs, signals):
+    """After the learners: waits for the evaluators' final evaluation (unless a signal comes),
+    then stops the rest."""
     deadline = time.monotonic() + final_evaluation_secs
     evaluators = [s for s in clients if s.name.startswith("evaluator")]
     while time.monotonic() < deadline and any(s.status() is None for s in evaluators):
+        if signals.received is not None:
+            break
         time.sleep(POLL_SECS)
     for step in clients:
         step.stop()
@@ -281,7 +284,7 @@ def main(argv=None, environ=os.environ):
     else:
         say(f"the learners' mpirun {supervisor.describe_exit(status)}; stopping the rest")
     mpirun.stop()
-    finish(clients, args.final_evaluation_secs if status == 0 else 0)
+    finish(clients, args.final_evaluation_secs if status == 0 else 0, signals)
     return status
 
 

@@ -1,10 +1,13 @@
 """--launcher=slurm without a cluster: the batch script --dry_run prints, the flags refused
-before anything is submitted, and how the job's workers are placed from Slurm's variables
-(tests/slurm_training_test.py runs jobs through a real slurmctld)."""
+before anything is submitted, how the job's workers are placed from Slurm's variables and when
+a failed step is restarted (tests/slurm_training_test.py runs jobs through a real slurmctld)."""
+
+import types
 
 import pytest
 
-from frontend import slurm_hosts, slurm_job
+import exit_codes
+from frontend import slurm_hosts, slurm_job, supervisor
 from tests.frontend_runs import frontend
 
 
@@ -114,3 +117,25 @@ def test_worker_sets_of_a_het_job(monkeypatch):
     ]
     assert sets[0].evaluator.host == f"cpu3:{port + 6}" and sets[1].evaluator is None
     assert all(a.cuda_visible_devices == "" for ws in sets for a in ws.actors)
+
+
+def test_a_failed_step_is_restarted_after_a_doubling_backoff_within_its_budget(monkeypatch, capsys):
+    """frontend/slurm_job.py's supervision, on a fake clock: the RestartPolicy's backoff and
+    budget, as the CSV launcher's supervisor applies them; bad input is never restarted."""
+    clock = [100.0]
+    monkeypatch.setattr(slurm_job.time, "monotonic", lambda: clock[0])
+    policy = supervisor.RestartPolicy(backoff_secs=1, max_restarts=2, window_secs=60)
+    step = types.SimpleNamespace(name="actor-0-1", restarts=[], restart_at=None)
+    assert slurm_job._schedule_restart(step, 137, policy) and step.restart_at == 101
+    assert (
+        "actor-0-1 was killed by signal 9 (SIGKILL): restarting it in 1 s"
+        in capsys.readouterr().out
+    )
+    step.restart_at = None  # restarted; fails again
+    assert slurm_job._schedule_restart(step, 1, policy) and step.restart_at == 102
+    step.restart_at = None
+    assert not slurm_job._schedule_restart(step, 1, policy)  # a third failure within 60 s
+    clock[0] += 61
+    assert slurm_job._schedule_restart(step, 1, policy)  # the window has moved on
+    fresh = types.SimpleNamespace(name="evaluator-0", restarts=[], restart_at=None)
+    assert not slurm_job._schedule_restart(fresh, exit_codes.EXIT_BAD_INPUT, policy)

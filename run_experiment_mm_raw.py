@@ -1,4 +1,5 @@
 """Frontend: starts a multi-learner IMPALA run described by a workers CSV, or stops it.
+With --launcher=slurm the run is one Slurm batch job of a given shape instead (frontend/slurm.py).
 
     python run_experiment_mm_raw.py --workers_csv_path=sandbox/local_workers_example.csv \\
         --level_name=PongNoFrameskip-v4 --logdir=/tmp/impala [other training flags]
@@ -34,13 +35,21 @@ from absl import app, flags
 
 import config as config_lib
 import exit_codes
-from frontend import run, supervisor
+from frontend import run, slurm, supervisor
 from frontend.options import Options
 
 REPO_DIR = os.path.dirname(os.path.abspath(__file__))
 FLAGS = flags.FLAGS
 config_lib.define_flags(FLAGS)
 
+flags.DEFINE_enum(
+    "launcher",
+    "csv",
+    ["csv", "slurm"],
+    "csv: the workers CSV's hosts, in tmux and over SSH. slurm: one Slurm batch job of the run's "
+    "shape (the --slurm_* flags; frontend/slurm.py), submitted with sbatch.",
+)
+slurm.define_flags(flags)
 flags.DEFINE_string(
     "workers_csv_path",
     os.path.join(REPO_DIR, "sandbox", "local_workers_example.csv"),
@@ -52,6 +61,12 @@ flags.DEFINE_string("tmux_socket_name", "", "tmux -L socket name; empty: tmux's 
 flags.DEFINE_bool("dry_run", False, "Print the plan; start nothing.")
 flags.DEFINE_bool("verbose", False, "Print each worker's command under its line of the plan.")
 flags.DEFINE_bool("stop", False, "Stop the run recorded under --logdir, then exit.")
+flags.DEFINE_bool(
+    "watch",
+    False,
+    "Show the state of the Slurm job recorded under --logdir and the learners' progress lines "
+    "until it ends (Ctrl-C: stop watching, the job goes on).",
+)
 flags.DEFINE_string("repo_dir", REPO_DIR, "Directory holding experiment.py; the workers' cwd.")
 flags.DEFINE_string("remote_repo_dir", "", "--repo_dir on remote hosts; empty: same as here.")
 flags.DEFINE_string("remote_python", "", "Python on remote hosts; empty: this one's path.")
@@ -73,7 +88,8 @@ flags.DEFINE_bool(
     "After starting, print the learners' log and supervise the run until training ends: a "
     "worker that fails (exits non-zero or is killed) is restarted, within --max_restarts; then "
     "stop what is left. Ctrl-C stops following and supervising only (the run goes on); SIGTERM "
-    "or SIGHUP stop the whole run (exit 128 + the signal's number).",
+    "or SIGHUP stop the whole run (exit 128 + the signal's number). --launcher=slurm: after "
+    "submitting, --watch the job (the job supervises its own workers).",
 )
 flags.DEFINE_float(
     "restart_backoff_secs",

@@ -5,7 +5,7 @@ import dataclasses
 import os
 
 import config as config_lib
-from frontend import run_state, supervisor
+from frontend import run_state, slurm, supervisor
 from frontend.ssh_connections import Connections
 
 
@@ -14,6 +14,9 @@ class Options:
     """The frontend's settings: its own flags and the training flags it forwards."""
 
     logdir: str  # Absolute.
+    launcher: str  # 'csv' or 'slurm'.
+    slurm: slurm.JobRequest  # --launcher=slurm: the job's shape and Slurm options.
+    watch: bool
     workers_csv_path: str
     workers_csv_path_given: bool  # On the command line (--stop: wins over the recorded one).
     known_hosts: str
@@ -47,6 +50,9 @@ class Options:
         training = dataclasses.replace(config_lib.from_flags(flag_values), logdir=logdir)
         return cls(
             logdir=logdir,
+            launcher=flag_values.launcher,
+            slurm=slurm.JobRequest.from_flags(flag_values),
+            watch=flag_values.watch,
             workers_csv_path=flag_values.workers_csv_path,
             workers_csv_path_given=flag_values["workers_csv_path"].present,
             known_hosts=flag_values.known_hosts,

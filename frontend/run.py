@@ -1,8 +1,8 @@
-"""The frontend's two commands, from checked input to exit code: start a run (plan, start, follow)
-or stop the recorded one (--stop). Exit codes: 0 done, 1 the run failed, 2
-(exit_codes.EXIT_BAD_INPUT) bad input: nothing started, or while following a worker refused its
-input; 5 (EXIT_CHECKPOINTS_FAILING) while following the learners could not write checkpoints;
-128 + N stopped by signal N while following."""
+"""The frontend's commands, from checked input to exit code: start a run (plan, start, follow)
+or stop the recorded one (--stop); a Slurm run's are in frontend/slurm_run.py. Exit codes: 0
+done, 1 the run failed, 2 (exit_codes.EXIT_BAD_INPUT) bad input: nothing started, or while
+following a worker refused its input; 5 (EXIT_CHECKPOINTS_FAILING) while following the
+learners could not write checkpoints; 128 + N stopped by signal N while following."""
 
 import datetime
 import os
@@ -20,6 +20,8 @@ from frontend import (
     launcher,
     plan_report,
     run_state,
+    slurm,
+    slurm_run,
     startup,
     stopping,
     supervisor,
@@ -38,11 +40,21 @@ def main(options):
     quiet_libraries()
     console = Console()
     try:
-        return stop_main(console, options) if options.stop else launch_main(console, options)
+        if options.stop:
+            return stop_main(console, options)
+        if options.watch:
+            return slurm_run.watch_main(console, options)
+        if options.launcher == "slurm":
+            run_id = _new_run_id()
+            return slurm_run.launch_main(console, options, _check_level, run_id, ENTRY_POINT)
+        return launch_main(console, options)
     except workers_csv.CsvError as e:
         console.add_secrets(e.secrets)
         console.warn(e)
         return exit_codes.EXIT_BAD_INPUT
+    except slurm.SlurmError as e:
+        console.warn(e)
+        return 1
     except Exception:
         console.warn(traceback.format_exc())
         return 1
@@ -55,6 +67,8 @@ def stop_main(console, options):
         console.warn(f"No run recorded at {path}: give the --logdir of the run.")
         return 1
     state = run_state.read(options.launch_dir)
+    if state.get("launcher") == "slurm":
+        return slurm_run.stop(console, options, state)
     # The CSV holds the SSH credentials; the state file never does. Flags given now win.
     csv_path, known_hosts = state["workers_csv_path"], state["known_hosts"]
     if options.workers_csv_path_given:
@@ -83,7 +97,7 @@ def launch_main(console, options):
     except config_lib.ConfigError as e:
         console.warn(f"{options.workers_csv_path}: {e}")
         return exit_codes.EXIT_BAD_INPUT
-    run_id = f"{datetime.datetime.now():%Y%m%d-%H%M%S}-{uuid.uuid4().hex[:8]}"
+    run_id = _new_run_id()
     local = launcher.Place(sys.executable, os.path.abspath(options.repo_dir))
     plan = _plan(worker_sets, run_id, local, options)
     plan_report.print_plan(worker_sets, plan, run_id, console, options)
@@ -108,6 +122,10 @@ def launch_main(console, options):
     failed = {launch.name for launch, _ in failures}
     supervised = [launch for launch in plan.clients if launch.name not in failed]
     return following.follow(plan, supervised, state, workers, signals, console, options)
+
+
+def _new_run_id():
+    return f"{datetime.datetime.now():%Y%m%d-%H%M%S}-{uuid.uuid4().hex[:8]}"
 
 
 def _check_level(level_name):

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The one set-up entry point: Debian packages, the virtualenv at .venv with the pins of
+# The one set-up entry point: Debian packages (Slurm's client commands and daemons too, which
+# --launcher=slurm and its test use), the virtualenv at .venv with the pins of
 # requirements.txt, Horovod built from its sdist against that TensorFlow and Debian's OpenMPI,
 # then a self-check. The project itself is not installed: it runs from the checkout
 # (docs/architecture.md).
@@ -20,7 +21,7 @@ HOROVOD_VERSION=0.28.1
 GPU="${IMPALA_GPU:-0}"
 APT_PACKAGES=(python3 python3-venv python3-dev g++ make cmake openmpi-bin libopenmpi-dev
               tmux openssh-client openssh-server iproute2 procps psmisc ca-certificates
-              libtcmalloc-minimal4)
+              libtcmalloc-minimal4 slurm-client slurmctld slurmd munge)
 
 step() { echo "[setup $(date +%H:%M:%S)] $*"; }
 die() { echo "[setup] ERROR: $*" >&2; exit 1; }

@@ -38,6 +38,10 @@ THIRD_PARTY_FLAGS = {
         *("build-arg", "isolation", "external"),
     },
     "debootstrap": {"variant"},
+    "sbatch and srun": {
+        *("ntasks", "cpus-per-task", "gpus-per-task", "partition", "time", "job-name"),
+        *("mem-per-cpu", "het-group", "exact", "mpi", "multi-prog", "export"),
+    },
 }
 
 # Files the docs name as what a command writes: absent until someone runs it.

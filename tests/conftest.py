@@ -1,5 +1,6 @@
-"""Shared fixtures: processes started by a test are always killed at its end; a directory
-every user may read; a private tmux server; frontend runs, undone at teardown; remote hosts."""
+"""The suite's order (slow files first) and shared fixtures: processes started by a test are
+always killed at its end; a directory every user may read; a private tmux server; frontend runs,
+undone at teardown; remote hosts."""
 
 import os
 import pathlib
@@ -14,6 +15,14 @@ import pytest
 from tests import netns_sshd
 from tests.frontend_runs import Following, frontend, run_id_of, undo_run
 from tools import local_cluster
+
+
+def pytest_collection_modifyitems(items):
+    """Files with a slow test first: pytest-xdist (--dist loadfile) hands out whole files in this
+    order, so the long ones start early and the short ones fill the end, rather than one worker
+    running a long file alone while the other has nothing left."""
+    slow_files = {item.path for item in items if item.get_closest_marker("slow")}
+    items.sort(key=lambda item: item.path not in slow_files)  # stable: order within kept
 
 
 @pytest.fixture

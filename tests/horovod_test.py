@@ -10,7 +10,7 @@ import pytest
 import host_tuning
 from frontend import launcher
 from learner import EXIT_STARVED
-from tests.training_settings import CARTPOLE, CARTPOLE_ADAM
+from tests.training_settings import CARTPOLE, CARTPOLE_TWO_LEARNERS
 from tools import local_cluster, summary_reader
 from tools.local_cluster import cluster_flags
 
@@ -95,17 +95,8 @@ def train_two_learners_to_the_budget(start, spawn, flags, timeout):
 
 def test_two_learners_learn_cartpole_with_identical_weights(start, spawn, tmp_path):
     logdir = tmp_path / "logdir"
-    # 8 unrolls per learner: each summed step sees 16, as the single-learner tests' steps do,
-    # with their Adam settings (RMSProp's policy sometimes stalled: tests/training_settings.py).
-    # A queue of 2 batches: with 64 unrolls the policy lag followed the machine's load (1 step
-    # alone, 10 beside other work), and one CI run under load ended below the bar.
-    flags = [
-        *CARTPOLE_ADAM,
-        "--batch_size=8",
-        "--queue_capacity=16",
-        f"--logdir={logdir}",
-        "--total_environment_frames=600000",
-    ]
+    # CARTPOLE_ADAM's settings (RMSProp's policy sometimes stalled: tests/training_settings.py).
+    flags = [*CARTPOLE_TWO_LEARNERS, f"--logdir={logdir}"]
     figures, log = train_two_learners_to_the_budget(start, spawn, flags, timeout=900)
     (global0, own0, _), (global1, own1, _) = figures[0], figures[1]
     assert global0 == global1 == own0 + own1 >= 600000

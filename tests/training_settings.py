@@ -37,3 +37,14 @@ CARTPOLE_ADAM = config.flag_args(
         "learning_rate": 0.001,
     }
 )
+
+# Two learners (one actor each), as CARTPOLE_ADAM: 8 unrolls per learner, so that each summed
+# step sees 16, as the single-learner tests' steps do; 600K frames. A queue of 2 batches: with
+# 64 unrolls the policy lag followed the machine's load (1 step alone, 10 beside other work),
+# and one CI run under load ended at 142.6, below the bar of 150.
+CARTPOLE_TWO_LEARNERS = [
+    *CARTPOLE_ADAM,
+    "--batch_size=8",
+    "--queue_capacity=16",
+    "--total_environment_frames=600000",
+]

@@ -113,6 +113,23 @@ def test_sf_frames_over_time_from_its_log():
     assert cluster.rate_of(points, points[1][0], points[1][0] + 60) is None  # one point
 
 
+def test_our_run_is_read_where_bench_learning_keeps_it(tmp_path):
+    # bench.learning's run directory in --output_dir: <run>_<8 characters>, with its logdir and
+    # the learners' log (rank 0's progress lines).
+    (tmp_path / "pong_abcd1234" / "logdir").mkdir(parents=True)
+    (tmp_path / "pong_abcd1234" / "learners.log").write_text(
+        "I1127 15:20:01.000000 140 progress.py:90] frames 12800 (0.1%) | 640 frames/s\n"
+        "I1127 15:20:03.000000 140 progress.py:90] frames 14080 (0.1%) | 640 frames/s\n"
+    )
+    run = object.__new__(systems.Run)  # its process not started
+    run.system, run.run_dir = "ours", str(tmp_path)
+
+    assert run.logdir() == str(tmp_path / "pong_abcd1234" / "logdir")
+    points = run.frame_points()
+    assert [frames for _, frames in points] == [12800, 14080]
+    assert cluster.rate_of(points, points[0][0], points[1][0]) == pytest.approx(640.0)
+
+
 def games_reaching(target, count=150, frames_per_game=20_000):
     """[count, 3] games, the first 20 at -21 and the others at `target` + 1: the mean of the last
     100 first reaches `target` at game 118 (two of -21 left in its window: target + 0.2)."""

@@ -174,6 +174,7 @@ def test_the_configurations_command_lines():
         "--output_dir=/tmp/runs",
         "--total_environment_frames=15000000",
         "--load_wait_secs=0",
+        "--docs_dir=/tmp/runs/docs",
         "--replay_size=0",
     ]
     assert "--replay_size=0" not in systems.ours_argv("Pong", "defaults", "/tmp/runs", 1)

@@ -60,8 +60,9 @@ def ours_argv(game, config, output_dir, max_frames):
     """bench.learning's command line training the configuration to `max_frames` frames."""
     argv = [sys.executable, "-m", "bench.learning", f"--runs={atari_suite.run_name(game)}"]
     argv += [f"--output_dir={output_dir}", f"--total_environment_frames={max_frames}"]
-    # Waiting for a quiet machine is bench.peers' business, before it starts a run.
-    argv.append("--load_wait_secs=0")
+    # Waiting for a quiet machine is bench.peers' business, before it starts a run; the Atari
+    # suite's curve, which a game's run writes to the docs at its end, is not this run's result.
+    argv += ["--load_wait_secs=0", f"--docs_dir={os.path.join(output_dir, 'docs')}"]
     return argv + (["--replay_size=0"] if config == "throughput" else [])
 
 

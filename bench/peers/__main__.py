@@ -94,10 +94,10 @@ def train_frames():
     path = frames.curve_path(peers_dir(), FLAGS.system, FLAGS.config, FLAGS.game)
     curves.write_csv(points, path)
     reached = curves.first_frames_at(points, FLAGS.target)
-    print(
-        f"{name}: {len(points)} games; mean of the last 100 reached {FLAGS.target:g} at "
-        f"{reached if reached is None else f'{reached:,}'} frames; curve: {path}"
-    )
+    last = int(points[-1, 0]) if len(points) else 0
+    outcome = f"reached at {reached:,}" if reached else f"not reached by {last:,}"
+    print(f"{name}: {len(points)} games, mean of the last 100 >= {FLAGS.target:g} {outcome} frames")
+    print(f"curve: {path}")
     return {"configuration": name, "games": len(points), "frames_to_target": reached, "csv": path}
 
 

@@ -48,6 +48,12 @@ def train_to_target(run, level_name, target, max_frames, poll_secs):
         while True:
             time.sleep(poll_secs)
             points = games(run, level_name)
+            if len(points):
+                print(
+                    f"frames {points[-1, 0]:,.0f}, {len(points)} games, mean of the last "
+                    f"{curves.WINDOW}: {points[-1, 2]:.2f}",
+                    flush=True,
+                )
             exit_code = run.exit_code()
             if finished(points, target, max_frames) or exit_code == 0:
                 return games(run, level_name)

@@ -88,11 +88,14 @@ def train_frames():
     )
     print(f"{name}: training in {run.run_dir}")
     level_name = atari_suite.level_name(FLAGS.game)
-    points = frames.train_to_target(
-        run, level_name, FLAGS.target, FLAGS.max_frames, FLAGS.poll_secs
-    )
     path = frames.curve_path(peers_dir(), FLAGS.system, FLAGS.config, FLAGS.game)
-    curves.write_csv(points, path)
+    try:
+        frames.train_to_target(run, level_name, FLAGS.target, FLAGS.max_frames, FLAGS.poll_secs)
+    finally:
+        # Read after the stop: every game it wrote. Interrupted (a sitting's end), the curve so
+        # far is kept too; the report says where it got without reaching the target.
+        points = frames.games(run, level_name)
+        curves.write_csv(points, path)
     reached = curves.first_frames_at(points, FLAGS.target)
     last = int(points[-1, 0]) if len(points) else 0
     outcome = f"reached at {reached:,}" if reached else f"not reached by {last:,}"

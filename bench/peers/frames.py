@@ -41,9 +41,8 @@ def finished(points, target, max_frames):
 
 
 def train_to_target(run, level_name, target, max_frames, poll_secs):
-    """Polls the Run every `poll_secs` until finished() or it exits, stops it; returns its games.
-
-    Raises RuntimeError (with its log's tail) if it exited with an error before finishing."""
+    """Polls the Run every `poll_secs` until finished() or it exits, and stops it (also when
+    interrupted). Raises RuntimeError (with its log's tail) if it exited with an error first."""
     try:
         while True:
             time.sleep(poll_secs)
@@ -56,7 +55,7 @@ def train_to_target(run, level_name, target, max_frames, poll_secs):
                 )
             exit_code = run.exit_code()
             if finished(points, target, max_frames) or exit_code == 0:
-                return games(run, level_name)
+                return
             if exit_code is not None:
                 raise RuntimeError(
                     f"{run.system} exited with {exit_code}; log tail:\n{run.process.log()[-3000:]}"

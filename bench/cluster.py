@@ -67,7 +67,14 @@ def progress_points(log):
 def rate_between(log, start, end):
     """Global frames/s of rank 0's progress lines logged from `start` to `end` (unix times);
     None if fewer than two lines fall in between."""
-    points = [p for p in progress_points(log) if start <= p[0] <= end]
+    return rate_of(progress_points(log), start, end)
+
+
+def rate_of(points, start, end):
+    """Frames/s of the (unix time, frames) `points` from `start` to `end` (unix times): the
+    frames between the first and the last point in between over the time between them; None if
+    fewer than two points fall in between."""
+    points = [p for p in points if start <= p[0] <= end]
     if len(points) < 2:
         return None
     return (points[-1][1] - points[0][1]) / (points[-1][0] - points[0][0])

@@ -48,7 +48,6 @@ import os
 import tempfile
 import time
 
-import numpy as np
 from absl import app, flags
 
 import config as config_lib
@@ -156,15 +155,6 @@ def batch_frames(config, num_learners):
     return config.batch_size * config.unroll_length * frames_per_step * num_learners
 
 
-def first_frames_at(points, target):
-    """Frames at which the mean over a full window of games first reaches `target`, or None.
-
-    points: [N, 3] of curves.RunCurves.returns."""
-    window = curves.WINDOW
-    reached = np.nonzero(points[window - 1 :, 2] >= target)[0]
-    return int(points[window - 1 + reached[0], 0]) if len(reached) else None
-
-
 def newest_run_dir(name):
     """The most recently started run directory of `name` in --output_dir, or None."""
     # mkdtemp's names: the prefix `<name>_` and 8 random characters ("pong_*" alone would also
@@ -193,19 +183,6 @@ def run_logdir(name, config, num_learners):
     return logdir, run_dir, load_average, wall_secs
 
 
-def write_games_csv(points, csv_path):
-    """Writes the games `points` (float64 [N, 3] of curves.RunCurves.returns) to `csv_path` as
-    frames,episode_return,mean_return_100."""
-    np.savetxt(
-        csv_path,
-        points,
-        fmt=["%d", "%g", "%.3f"],
-        delimiter=",",
-        header="frames,episode_return,mean_return_100",
-        comments="",
-    )
-
-
 def figure_marks(name):
     """(target, reference) of the run's figure: an Atari game's own PPO returns at 5M and 10M
     frames (a curves.Reference), any other run's target line."""
@@ -224,7 +201,7 @@ def benchmark(name):
     run = curves.read_run(logdir, name, level_name)
     points = run.returns
     csv_path = os.path.join(FLAGS.output_dir, f"{name}.csv")
-    write_games_csv(points, csv_path)
+    curves.write_csv(points, csv_path)
     budget, frames = config.total_environment_frames, run.frames()
     batch = batch_frames(config, num_learners)
     target, reference = figure_marks(name)
@@ -248,7 +225,7 @@ def benchmark(name):
         "games": len(points),
         "final_mean_return_100": float(points[-1, 2]),
         "target": RUNS[name]["target"],
-        "frames_to_target": first_frames_at(points, RUNS[name]["target"]),
+        "frames_to_target": curves.first_frames_at(points, RUNS[name]["target"]),
         "csv": csv_path,
         "logs": run_dir,
         "settings": settings,

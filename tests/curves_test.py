@@ -129,3 +129,28 @@ def test_a_run_with_evaluations_has_the_evaluation_panel(tmp_path):
     ]
     assert "target 18" in [line.get_label() for line in figure.axes[0].lines]
     curves.plt.close(figure)
+
+
+def test_a_curve_csv_reads_back_and_the_frames_at_which_a_full_window_reached_the_target(tmp_path):
+    # 150 games at 1K frames apiece, each returning its index i: the mean of the last 100 at
+    # index i >= 99 is i - 49.5, at least 60 first at index 110 (its game ends at 111K frames).
+    returns = np.arange(150, dtype=np.float64)
+    points = np.column_stack([1000 * np.arange(1, 151), returns, curves.running_mean(returns)])
+    path = tmp_path / "run.csv"
+
+    curves.write_csv(points, path)
+
+    lines = path.read_text().splitlines()
+    assert lines[:2] == ["frames,episode_return,mean_return_100", "1000,0,0.000"]
+    np.testing.assert_allclose(curves.read_csv(path), points, atol=5e-4)
+    assert curves.first_frames_at(points, 60.0) == 111_000
+    # Before a full window of 100 games, a high mean does not count.
+    assert curves.first_frames_at(points, 0.0) == 100_000
+    assert curves.first_frames_at(points, 100.0) is None
+
+
+def test_a_csv_that_is_not_a_curve_is_named(tmp_path):
+    path = tmp_path / "other.csv"
+    path.write_text("frames,return_mean_100,games,entropy\n")
+    with pytest.raises(curves.CurvesError, match="other.csv: not a curve"):
+        curves.read_csv(path)

@@ -38,6 +38,9 @@ THIRD_PARTY_FLAGS = {
         *("build-arg", "isolation", "external"),
     },
     "debootstrap": {"variant"},
+    "Sample Factory 2.1.1 (bench/peers/sf_train.py)": {
+        *("env_frameskip", "stats_avg", "summaries_use_frameskip", "train_for_seconds"),
+    },
     "sbatch and srun": {
         *("ntasks", "cpus-per-task", "gpus-per-task", "partition", "time", "job-name"),
         *("mem-per-cpu", "het-group", "exact", "mpi", "multi-prog", "export"),

@@ -52,3 +52,17 @@ def test_a_restarted_learner_replaces_what_its_earlier_run_wrote_past_the_checkp
         (450, -16.0),
     ]
     assert summary_reader.scalars(tmp_path, progress.START_TAG) == [(0, 0.0), (300, 300.0)]
+
+
+def test_simple_value_summaries_as_tensorboardx_writes_them(tmp_path):
+    # Sample Factory's summaries (tensorboardX): TF 1 Summary protos with a simple_value.
+    writer = tf.summary.create_file_writer(str(tmp_path))
+    with writer.as_default():
+        for step, value in ((800, -21.0), (400, -20.0)):
+            summary = tf.compat.v1.Summary(
+                value=[tf.compat.v1.Summary.Value(tag="reward/reward", simple_value=value)]
+            )
+            tf.summary.experimental.write_raw_pb(summary.SerializeToString(), step=step)
+    writer.close()
+
+    assert summary_reader.scalars(tmp_path, "reward/reward") == [(400, -20.0), (800, -21.0)]

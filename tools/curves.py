@@ -106,6 +106,35 @@ def running_mean(values, window=WINDOW):
     return (cumulative[ends] - cumulative[ends - counts]) / counts
 
 
+CSV_HEADER = "frames,episode_return,mean_return_100"
+
+
+def write_csv(points, csv_path):
+    """Writes the games `points` (float64 [N, 3] of RunCurves.returns) to `csv_path` as
+    CSV_HEADER's columns, one row a game."""
+    os.makedirs(os.path.dirname(os.path.abspath(csv_path)), exist_ok=True)
+    np.savetxt(
+        csv_path, points, fmt=["%d", "%g", "%.3f"], delimiter=",", header=CSV_HEADER, comments=""
+    )
+
+
+def read_csv(csv_path):
+    """float64 [N, 3]: the games of a CSV write_csv wrote; CurvesError if it is not one."""
+    with open(csv_path) as f:
+        header = f.readline().strip()
+    if header != CSV_HEADER:
+        raise CurvesError(f"{csv_path}: not a curve ({CSV_HEADER!r} expected first)")
+    return np.loadtxt(csv_path, delimiter=",", skiprows=1, ndmin=2).reshape(-1, 3)
+
+
+def first_frames_at(points, target):
+    """Frames at which the mean over a full window of games first reaches `target`, or None.
+
+    points: [N, 3] of RunCurves.returns."""
+    reached = np.nonzero(points[WINDOW - 1 :, 2] >= target)[0]
+    return int(points[WINDOW - 1 + reached[0], 0]) if len(reached) else None
+
+
 def run_names(logdirs):
     """The legend's names of `logdirs`: the fewest trailing path parts that tell them apart."""
     parts = [os.path.abspath(logdir).split(os.sep) for logdir in logdirs]

@@ -1,6 +1,7 @@
 """Reading back what the learner wrote to TensorBoard.
 
-tools/curves.py draws a run's curves from it (for bench/learning.py too); the tests use it.
+tools/curves.py draws a run's curves from it (for bench/learning.py and bench/peers too); the
+tests use it.
 """
 
 import tensorflow as tf
@@ -18,8 +19,16 @@ def _read_events_file(path, tag):
             first_step = event.step if first_step is None else min(first_step, event.step)
         for value in event.summary.value:
             if value.tag == tag:
-                points.append((event.step, float(tf.make_ndarray(value.tensor))))
+                points.append((event.step, _value(value)))
     return first_wall_time or 0.0, first_step, points
+
+
+def _value(value):
+    """The float of a scalar Summary.Value: a tensor (TF 2's writers) or a simple_value (the
+    TF 1 form, which tensorboardX writes: Sample Factory's summaries, bench/peers)."""
+    if value.WhichOneof("value") == "simple_value":
+        return value.simple_value
+    return float(tf.make_ndarray(value.tensor))
 
 
 def scalars(logdir, tag):

@@ -1,0 +1,168 @@
+"""Time to a target score beside Sample Factory 2.1.1 (bench/peers/__init__.py).
+
+  .venv/bin/python -m bench.peers --part=frames --system=ours|sf --config=defaults|throughput
+  .venv/bin/python -m bench.peers --part=speed
+  .venv/bin/python -m bench.peers --part=report
+
+(--game=Pong --target=18 by default.) Printed: what it found and, last, one JSON line.
+"""
+
+import json
+import os
+import sys
+import tempfile
+
+from absl import app, flags
+
+from bench import atari_curves, atari_suite, cluster
+from bench.peers import frames, report, speed, systems
+from tools import curves, local_cluster
+
+PARTS = ("frames", "speed", "report")
+CONFIGURATIONS = [f"{s}-{c}" for c in systems.CONFIGS for s in systems.SYSTEMS]
+
+flags.DEFINE_enum("part", None, PARTS, "What to do (bench/peers/__init__.py).")
+flags.DEFINE_enum("system", None, systems.SYSTEMS, "--part=frames: the system to train.")
+flags.DEFINE_enum("config", None, systems.CONFIGS, "--part=frames: its configuration.")
+flags.DEFINE_enum("game", "Pong", list(atari_suite.PPO), "The game (its NoFrameskip-v4 id).")
+flags.DEFINE_float("target", 18.0, "The mean return of the last 100 games to reach.")
+flags.DEFINE_integer(
+    "max_frames", 15_000_000, "--part=frames: frames at most; speed: each run's budget.", 1
+)
+flags.DEFINE_integer("poll_secs", 60, "--part=frames: how often the run's games are read.", 1)
+flags.DEFINE_list("speed_configs", CONFIGURATIONS, "--part=speed: the configurations, in order.")
+flags.DEFINE_integer("rounds", 2, "--part=speed: windows of each configuration.", 1, 10)
+flags.DEFINE_integer("window_secs", 300, "--part=speed: each window, from the start.", 10)
+flags.DEFINE_integer("skip_secs", 60, "--part=speed: start of a window not measured.", 0)
+flags.DEFINE_integer("sample_secs", 10, "--part=speed: how often PSS is sampled.", 1)
+flags.DEFINE_string("runs_dir", "/tmp/impala_bench_peers", "The runs' directories and logs.")
+flags.DEFINE_string(
+    "sf_venv",
+    str(local_cluster.REPO / ".venv-peers"),
+    "The peers' virtualenv (bench/peers/setup_sf.sh makes it).",
+)
+FLAGS = flags.FLAGS
+
+flags.register_validator(
+    "speed_configs",
+    lambda names: set(names) <= set(CONFIGURATIONS) and len(set(names)) == len(names),
+    f"each of {', '.join(CONFIGURATIONS)} at most once",
+)
+flags.register_multi_flags_validator(
+    ["skip_secs", "window_secs"],
+    lambda f: f["skip_secs"] < f["window_secs"],
+    "--skip_secs must be shorter than --window_secs",
+)
+
+
+def peers_dir():
+    """Where the committed results go: the docs directory's peers/."""
+    return os.path.join(FLAGS.docs_dir, "peers")
+
+
+def sf_python():
+    return os.path.join(FLAGS.sf_venv, "bin", "python")
+
+
+def check_flags():
+    """Raises app.UsageError (one line naming the flag) for what the validators cannot see."""
+    if FLAGS.part is None:
+        raise app.UsageError(f"--part: give one of {', '.join(PARTS)}")
+    if FLAGS.part == "frames" and (FLAGS.system is None or FLAGS.config is None):
+        raise app.UsageError("--part=frames needs --system and --config")
+    training = {"frames": [FLAGS.system], "speed": [n.split("-")[0] for n in FLAGS.speed_configs]}
+    if "sf" in training.get(FLAGS.part, []) and not os.access(sf_python(), os.X_OK):
+        raise app.UsageError(f"--sf_venv: no {sf_python()}; run bash bench/peers/setup_sf.sh")
+
+
+def new_run_dir(name):
+    os.makedirs(FLAGS.runs_dir, exist_ok=True)
+    return tempfile.mkdtemp(prefix=f"{name}_", dir=FLAGS.runs_dir)
+
+
+def train_frames():
+    """--part=frames: trains the configuration to the target or --max_frames, writes its curve."""
+    name = f"{FLAGS.system}-{FLAGS.config}"
+    run = systems.start(
+        FLAGS.system, FLAGS.config, FLAGS.game, new_run_dir(name), FLAGS.max_frames, sf_python()
+    )
+    print(f"{name}: training in {run.run_dir}")
+    level_name = atari_suite.level_name(FLAGS.game)
+    path = frames.curve_path(peers_dir(), FLAGS.system, FLAGS.config, FLAGS.game)
+    try:
+        frames.train_to_target(run, level_name, FLAGS.target, FLAGS.max_frames, FLAGS.poll_secs)
+    finally:
+        # Read after the stop: every game it wrote. Interrupted (a sitting's end), the curve so
+        # far is kept too; the report says where it got without reaching the target.
+        points = frames.games(run, level_name)
+        curves.write_csv(points, path)
+    reached = curves.first_frames_at(points, FLAGS.target)
+    last = int(points[-1, 0]) if len(points) else 0
+    outcome = f"reached at {reached:,}" if reached else f"not reached by {last:,}"
+    print(f"{name}: {len(points)} games, mean of the last 100 >= {FLAGS.target:g} {outcome} frames")
+    print(f"curve: {path}")
+    return {"configuration": name, "games": len(points), "frames_to_target": reached, "csv": path}
+
+
+def measure_speed():
+    """--part=speed: the windows of speed.schedule, each configuration started afresh."""
+    provenance = atari_curves.provenance(local_cluster.REPO)  # before the result changes the tree
+    windows = []
+    for round_, name in speed.schedule(FLAGS.speed_configs, FLAGS.rounds):
+        system, config = name.split("-")
+        load = cluster.wait_for_quiet_machine()
+        run_dir = new_run_dir(f"{name}_round{round_}")
+        run = systems.start(system, config, FLAGS.game, run_dir, FLAGS.max_frames, sf_python())
+        try:
+            figures = speed.measure(run, FLAGS.skip_secs, FLAGS.window_secs, FLAGS.sample_secs)
+        finally:
+            run.stop()
+        windows.append({"configuration": name, "round": round_, "load_average": load, **figures})
+        print(json.dumps(windows[-1]), flush=True)
+    result = {
+        "provenance": provenance,
+        "game": FLAGS.game,
+        "window_secs": FLAGS.window_secs,
+        "skip_secs": FLAGS.skip_secs,
+        "windows": windows,
+        "configurations": speed.summarize(windows),
+    }
+    speed.write_result(speed.result_path(peers_dir(), FLAGS.game), result)
+    for name, figures in result["configurations"].items():
+        print(f"{name:<20}{json.dumps(figures)}")
+    return result
+
+
+def build_report():
+    """--part=report: the table and the PNG from docs/peers alone."""
+    table_rows = report.rows(peers_dir(), FLAGS.game, FLAGS.target)
+    print(report.table(table_rows))
+    png = os.path.join(peers_dir(), f"{FLAGS.game}.png")
+    report.draw(table_rows, FLAGS.game, FLAGS.target, png)
+    print(f"figure: {png}")
+    return {
+        "rows": [
+            {"configuration": r.name, "source": r.source}
+            | {column: getattr(r, column) for column in report.COLUMNS}
+            for r in table_rows
+        ],
+        "ours_over_sf": report.ratios(table_rows),
+    }
+
+
+def main(argv):
+    del argv
+    check_flags()
+    local_cluster.exit_cleanly_on_termination()
+    part = {"frames": train_frames, "speed": measure_speed, "report": build_report}[FLAGS.part]
+    try:
+        result = part()
+    except (curves.CurvesError, RuntimeError) as e:
+        print(f"bench.peers: error: {e}", file=sys.stderr)
+        return 1
+    print(json.dumps({"part": FLAGS.part, "game": FLAGS.game, "target": FLAGS.target, **result}))
+    return 0
+
+
+if __name__ == "__main__":
+    app.run(main)

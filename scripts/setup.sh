@@ -138,5 +138,10 @@ create_venv_and_install_pins
 install_horovod
 remove_project_install
 step "self-check"
-"$VENV_DIR/bin/python" "$REPO_DIR/selfcheck.py"
+# TensorFlow's and ALE's start-up lines only if it fails: main.sh's console is for the run.
+if ! check_output="$("$VENV_DIR/bin/python" "$REPO_DIR/selfcheck.py" 2>&1)"; then
+  printf '%s\n' "$check_output" >&2
+  exit 1
+fi
+grep '^self-check passed' <<<"$check_output"
 step "done: activate with 'source $VENV_DIR/bin/activate'"

@@ -74,7 +74,7 @@ SETTINGS = {
         "kill_interval_secs": 180,
         "stop_secs": 120,
         "cut_secs": 30,
-        # The shape without chaos at 1.5M frames: -19.4 (mean of rank 0's last 100 games).
+        # Where the shape without chaos is at 1.5M frames (bench/README.md, docs/chaos/).
         "return_bar": -19.5,
         "restart_backoff_secs": 5,
         "restart_window_secs": 600,

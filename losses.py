@@ -202,6 +202,30 @@ def normalized(advantages):
     return (advantages - mean) / (tf.sqrt(variance) + 1e-8)
 
 
+def value_statistics(values, targets, advantages):
+    """The value function's scale and fit, and the advantages' scale before normalisation, for
+    TensorBoard: what tells a game whose rewards are rare or large from one that learns slowly.
+
+    Args:
+      values: float32 [T, B], the learner's values V.
+      targets: float32 [T, B], V-trace's value targets vs.
+      advantages: float32 [T, B], the policy term's advantages before normalisation.
+
+    Returns:
+      dict of float32 scalars: `value_mean`, the mean V; `explained_variance`,
+      1 - Var(vs - V) / Var(vs) (1: V predicts its targets, 0: no better than their mean; 0 when
+      the targets do not vary); `advantage_std`, the advantages' standard deviation.
+    """
+    target_variance = tf.math.reduce_variance(targets)
+    error_variance = tf.math.reduce_variance(targets - values)
+    explained = tf.math.divide_no_nan(error_variance, target_variance)
+    return {
+        "value_mean": tf.reduce_mean(values),
+        "explained_variance": tf.where(target_variance > 0, 1 - explained, 0.0),
+        "advantage_std": tf.math.reduce_std(advantages),
+    }
+
+
 def policy_statistics(logits, log_rhos, kept):
     """How the learner's policy and its data stand, for the progress line and TensorBoard.
 

@@ -25,7 +25,9 @@ interval, besides the line's figures (`frames_per_second`, `all_learners/mean_ep
 `loss/policy_gradient`, `loss/baseline`, `loss/entropy` (the loss's terms),
 `loss/gradient_norm`, `policy/mean_abs_log_rho` and `policy/clipped_rho_fraction` (the
 learner's policy against the actors' on the batch: near 0 when the policy lag is small),
-`policy/trust_region_fraction`, `learning_rate`, `queue_size` (unrolls waiting in the queue)
+`policy/trust_region_fraction`, `value/mean`, `value/explained_variance` and
+`value/advantage_std` (the values' scale and fit, the advantages' scale before normalisation:
+losses.value_statistics), `learning_rate`, `queue_size` (unrolls waiting in the queue)
 and, with replay, `replay/unrolls` and `replay/allocated_gib` (the memory's fill and size;
 replay.py logs when it first fills).
 
@@ -47,6 +49,12 @@ from checkpointing import write_error_cause
 RETURN_WINDOW = 100  # games in the logged mean return
 # Written once when the learner starts, at step = the frame count it starts (or restarts) from.
 START_TAG = "learner/start_frames"
+# losses.value_statistics' scalars and their summaries' tags.
+VALUE_TAGS = {
+    "value_mean": "value/mean",
+    "explained_variance": "value/explained_variance",
+    "advantage_std": "value/advantage_std",
+}
 
 
 class ProgressLog:
@@ -177,6 +185,8 @@ class ProgressLog:
                 "trust_region_fraction",
             ):
                 tf.summary.scalar(f"policy/{name}", means[name])
+            for name, tag in VALUE_TAGS.items():
+                tf.summary.scalar(tag, means[name])
             if self._replay is not None:
                 tf.summary.scalar("replay/unrolls", self._replay.size)
                 tf.summary.scalar("replay/allocated_gib", self._replay.bytes / 2**30)

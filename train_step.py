@@ -58,9 +58,9 @@ def aligned_steps(agent, unroll, config):
     )
 
 
-def policy_advantages(steps, vtrace_returns, config):
-    """The policy term's advantages, float32 [T, B]: PPO's with --policy_clip > 0, V-trace's
-    (`vtrace_returns`, of the current values) with 0; normalised with --normalize_advantages."""
+def raw_advantages(steps, vtrace_returns, config):
+    """The policy term's advantages before any normalisation, float32 [T, B]: PPO's with
+    --policy_clip > 0, V-trace's (`vtrace_returns`, of the current values) with 0."""
     if config.policy_clip > 0:
         # Lambda-returns of the values the behaviour policy computed as it acted (stored in the
         # unroll), the same however often the unroll is learned from. The current values,
@@ -76,8 +76,6 @@ def policy_advantages(steps, vtrace_returns, config):
         )
     else:
         advantages = vtrace_returns.pg_advantages
-    if config.normalize_advantages:
-        advantages = losses.normalized(advantages)
     return advantages
 
 
@@ -103,7 +101,8 @@ def actor_critic_loss(agent, unroll, config, unroll_weights=None):
 
     Returns:
       (total loss; dict of its scalar parts `policy_gradient`, `baseline`, `entropy`; dict of
-      statistics without gradient: losses.policy_statistics' scalars and `priorities` [B],
+      statistics without gradient: the scalars of losses.value_statistics and
+      losses.policy_statistics, and `priorities` [B],
       replay's priority of each unroll from its V-trace value errors).
     """
     steps = aligned_steps(agent, unroll, config)
@@ -121,7 +120,10 @@ def actor_critic_loss(agent, unroll, config, unroll_weights=None):
         trace_lambda=config.vtrace_lambda,
     )
     value_errors = vtrace_returns.vs - steps.learner.baseline  # [T, B]
-    advantages = policy_advantages(steps, vtrace_returns, config)
+    advantages = raw_advantages(steps, vtrace_returns, config)
+    stats = losses.value_statistics(steps.learner.baseline, vtrace_returns.vs, advantages)
+    if config.normalize_advantages:
+        advantages = losses.normalized(advantages)
     parts = {
         "policy_gradient": losses.policy_loss(
             kept_log_rhos,
@@ -139,7 +141,7 @@ def actor_critic_loss(agent, unroll, config, unroll_weights=None):
         + config.baseline_cost * parts["baseline"]
         + config.entropy_cost * parts["entropy"]
     )
-    stats = losses.policy_statistics(logits, log_rhos, kept)
+    stats.update(losses.policy_statistics(logits, log_rhos, kept))
     stats["priorities"] = losses.unroll_priorities(value_errors)
     return total, parts, tf.nest.map_structure(tf.stop_gradient, stats)
 

@@ -74,6 +74,25 @@ def test_the_policy_term_is_the_clipped_surrogate_or_the_policy_gradient():
     )
 
 
+def test_value_statistics():
+    values = np.array([[1.0, 2.0], [3.0, 4.0]], np.float32)  # [T=2, B=2]
+    targets = values + np.array([[0.5, -0.5], [0.5, -0.5]], np.float32)
+    advantages = np.array([[1.0, -1.0], [3.0, -3.0]], np.float32)
+    stats = losses.value_statistics(values, targets, advantages)
+    # Var(targets) = 1 (of 1.5, 1.5, 3.5, 3.5), Var(errors) = 0.25: 1 - 0.25 / 1.
+    np.testing.assert_allclose(
+        [float(stats[name]) for name in ("value_mean", "explained_variance", "advantage_std")],
+        [2.5, 0.75, np.sqrt(5.0)],
+        rtol=1e-6,
+    )
+
+
+def test_explained_variance_of_constant_targets_is_zero():
+    constant = np.ones((3, 2), np.float32)
+    stats = losses.value_statistics(constant * 2, constant, constant)
+    assert float(stats["explained_variance"]) == 0.0
+
+
 def test_policy_statistics():
     log_rhos = np.array([[-0.5, 0.0], [0.25, 1.0]], np.float32)  # [T=2, B=2]
     kept = np.array([[True, True], [False, True]])

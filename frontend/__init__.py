@@ -12,6 +12,7 @@ following        --follow: the learners' log printed while the run is supervised
 supervisor       watches the workers and restarts the ones that exit early
 stopping         stops what a run's state file records
 run_state        what a run started, on disk: --stop finds it, a second run in its logdir is refused
+preflight        what both launchers refuse to start over: a recorded run, missing commands
 console          what the frontend prints for a person
 
 --launcher=slurm, the run as one Slurm batch job:

@@ -19,6 +19,7 @@ from frontend import (
     following,
     launcher,
     plan_report,
+    preflight,
     run_state,
     slurm,
     slurm_run,
@@ -165,14 +166,9 @@ def _plan(worker_sets, run_id, local, options):
 
 def _preflight_problems(local, options):
     """Why the run cannot start, checked before anything starts."""
-    problems = []
-    if run_state.exists(options.launch_dir):
-        path = run_state.path(options.launch_dir)
-        problems.append(f"{path} records a run: stop it first with --stop")
-    if shutil.which("mpirun") is None:
-        problems.append("mpirun is not on PATH (install Open MPI)")
-    if not os.path.isfile(os.path.join(local.repo_dir, "experiment.py")):
-        problems.append(f"no experiment.py in --repo_dir={local.repo_dir}")
+    problems = preflight.problems(
+        options.launch_dir, local.repo_dir, ("mpirun",), "install Open MPI"
+    )
     if launcher.tmux_server(options.tmux_socket_name).has_session(options.tmux_sess):
         problems.append(
             f"tmux session {options.tmux_sess!r} exists already: pick another --tmux_sess"

@@ -3,17 +3,18 @@ printed with --dry_run), --watch it, --stop it (scancel). Exit codes as frontend
 Slurm command that fails (slurm.SlurmError) ends them, and frontend/run.py says why (exit 1)."""
 
 import os
-import shutil
 import signal
 import sys
 import time
 
 import config as config_lib
 import exit_codes
-from frontend import run_state, slurm, supervisor
+from frontend import preflight, run_state, slurm, supervisor
 from frontend.following import LogPrinter
 
 POLL_SECS = 2.0
+# The Slurm client commands the launcher runs: submit, watch, stop.
+SLURM_COMMANDS = ("sbatch", "squeue", "scancel")
 STOP_TIMEOUT_SECS = 120  # scancel's SIGTERM, Slurm's KillWait (30 s by default), SIGKILL, reaping.
 
 
@@ -43,7 +44,9 @@ def launch_main(console, options, check_level, run_id, entry_point):
     if options.dry_run:
         console.say("Dry run: nothing submitted.")
         return 0
-    problems = _preflight_problems(repo_dir, options)
+    problems = preflight.problems(
+        options.launch_dir, repo_dir, SLURM_COMMANDS, "install Slurm's client commands"
+    )
     if problems:
         console.warn("Not submitting: " + "; ".join(problems) + ".")
         return exit_codes.EXIT_BAD_INPUT
@@ -68,20 +71,6 @@ def _say_plan(request, run_id, script_path, console, options):
     kind = "heterogeneous job" if request.hetjob else "job"
     console.say(f"Run {run_id}: one Slurm {kind} of {roles}; batch script {script_path}.")
     console.say(f"Training flags: {options.defaults_line}.")
-
-
-def _preflight_problems(repo_dir, options):
-    """Why the job cannot be submitted, checked before it is."""
-    problems = []
-    if run_state.exists(options.launch_dir):
-        path = run_state.path(options.launch_dir)
-        problems.append(f"{path} records a run: stop it first with --stop")
-    for command in ("sbatch", "squeue", "scancel"):
-        if shutil.which(command) is None:
-            problems.append(f"{command} is not on PATH (install Slurm's client commands)")
-    if not os.path.isfile(os.path.join(repo_dir, "experiment.py")):
-        problems.append(f"no experiment.py in --repo_dir={repo_dir}")
-    return problems
 
 
 def watch(console, options, state):

@@ -10,8 +10,9 @@ to --frames, in a run directory of its own in --output_dir; the runner samples t
 time meanwhile (bench/replay_timing.py). As each run ends it writes, to be committed at once,
 --docs_dir/replay/<Game>-<method>.csv (the curve, bench.learning's docs format) and .json (its
 timing figures), then rebuilds the table --docs_dir/replay_results.csv from every curve there
-(bench/replay_results.py). It never writes docs/atari/ or the suite's table: those curves are
-the defaults' alone. `elite` runs with --elite_strategy (--replay_elite_strategy), named
+(bench/replay_results.py); a run cut short (a failure, SIGTERM) is written too, as far as it got,
+marked partial. It never writes docs/atari/ or the suite's table: those curves are the defaults'
+alone. `elite` runs with --elite_strategy (--replay_elite_strategy), named
 `elite<N>`. `--curves_only` trains nothing: it writes the files of each method's newest run
 directory as far as it got (partial if short of its budget), e.g. of a run still going.
 
@@ -21,6 +22,7 @@ are in its figures. Every other training flag is forwarded to the workers of eve
 Printed: the table and, last, one JSON line.
 """
 
+import contextlib
 import json
 import os
 
@@ -73,27 +75,42 @@ def run_name(method_label):
     return f"{atari_suite.run_name(FLAGS.game)}_{method_label}"
 
 
-def run_dir_of(name, config):
-    """Trains the run `name` in a new run directory, sampling the learner, and returns the run
-    directory; with --curves_only, the newest run directory of `name` as it is."""
-    if FLAGS.curves_only:
-        run_dir = runs.newest_run_dir(FLAGS.output_dir, name)
-        if run_dir is None:
-            raise app.UsageError(f"--curves_only: no {name} run directory in {FLAGS.output_dir}")
-        return run_dir
-    run_dir = runs.new_run_dir(FLAGS.output_dir, name)
-    sampler = replay_timing.Sampler(run_dir, cluster.wait_for_quiet_machine())
-    runs.train(run_dir, config, 1, FLAGS.actors, watch=sampler, watch_secs=FLAGS.sample_secs)
+def newest_run_dir(name):
+    """--curves_only: the newest run directory of `name` in --output_dir."""
+    run_dir = runs.newest_run_dir(FLAGS.output_dir, name)
+    if run_dir is None:
+        raise app.UsageError(f"--curves_only: no {name} run directory in {FLAGS.output_dir}")
     return run_dir
 
 
+def train(run_dir, config):
+    """Trains `config`'s run in `run_dir` to its budget, sampling the learner meanwhile."""
+    sampler = replay_timing.Sampler(run_dir, cluster.wait_for_quiet_machine())
+    runs.train(run_dir, config, 1, FLAGS.actors, watch=sampler, watch_secs=FLAGS.sample_secs)
+
+
 def measure(method, provenance):
-    """Runs `method` (or takes its newest run, --curves_only) and keeps its curve and timing in
-    --docs_dir; returns its result for the JSON line."""
+    """Runs `method` (or takes its newest run, --curves_only) and keeps it in --docs_dir
+    (keep()); returns its result for the JSON line. A run cut short (a failure, SIGTERM at the
+    sitting's end) is kept as far as it got, partial, before the error goes on."""
     config = method_config(method)
     method_label = replay_results.label(method, config.replay_elite_strategy)
     name = run_name(method_label)
-    run_dir = run_dir_of(name, config)
+    if FLAGS.curves_only:
+        return keep(newest_run_dir(name), name, method_label, config, provenance)
+    run_dir = runs.new_run_dir(FLAGS.output_dir, name)
+    try:
+        train(run_dir, config)
+    except BaseException:
+        with contextlib.suppress(curves.CurvesError):  # no game finished yet: nothing to keep
+            keep(run_dir, name, method_label, config, provenance)
+        raise
+    return keep(run_dir, name, method_label, config, provenance)
+
+
+def keep(run_dir, name, method_label, config, provenance):
+    """Writes the curve and timing of the run `name` in `run_dir` to --docs_dir/replay/, then
+    rebuilds the table; returns the run's result for the JSON line."""
     run = curves.read_run(os.path.join(run_dir, "logdir"), name, config.level_name)
     budget, batch = config.total_environment_frames, runs.batch_frames(config, 1)
     curve = atari_curves.of_run(run, FLAGS.game, budget, batch)
@@ -106,6 +123,8 @@ def measure(method, provenance):
     csv_path = replay_results.curve_path(FLAGS.docs_dir, FLAGS.game, method_label)
     given = config_lib.given_flags(FLAGS)
     replay_results.write(csv_path, curve, provenance, {**timing, "flags": given})
+    replay_results.rebuild(FLAGS.docs_dir)
+    print(f"\n{method_label}: {run.frames():,} frames, {csv_path}", flush=True)
     return {
         "method": method_label,
         "frames": run.frames(),
@@ -136,13 +155,9 @@ def main(argv):
     local_cluster.exit_cleanly_on_termination()
     # The code the runs train with, taken before a curve changes the tree.
     provenance = atari_curves.provenance(local_cluster.REPO)
-    results = []
-    for method in FLAGS.methods:
-        results.append(measure(method, provenance))
-        rows = replay_results.rebuild(FLAGS.docs_dir)
-        print(f"\n{results[-1]['method']} done: {results[-1]['csv']}", flush=True)
+    results = [measure(method, provenance) for method in FLAGS.methods]
     print(f"\nThe replay samplings ({FLAGS.docs_dir}/{replay_results.TABLE}):\n")
-    print(replay_results.table(rows))
+    print(replay_results.table(replay_results.read_rows(FLAGS.docs_dir)))
     print(json.dumps({"game": FLAGS.game, "budget": FLAGS.frames, "results": results}))
 
 

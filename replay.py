@@ -48,6 +48,11 @@ def replayed_per_batch(config):
     return round(config.batch_size * config.replay_ratio) if config.replay_size else 0
 
 
+def uses_per_agent_step(config):
+    """How many times the learner trains on each agent step of `config`: (B + replayed) / B."""
+    return (config.batch_size + replayed_per_batch(config)) / config.batch_size
+
+
 def start_size(replay_size, num_replayed):
     """Unrolls the memory must hold before batches include replayed ones."""
     return max(num_replayed, replay_size // 10)

@@ -31,6 +31,13 @@ PPO = {
     "Qbert": {5_000_000: 2600.0, 10_000_000: 8000.0},
     "Seaquest": {5_000_000: 800.0, 10_000_000: 800.0},
 }
+# Every game's run: the defaults (config.Config: PPO's Atari recipe on this learner, replay ratio
+# 3 with the clipped surrogate, 64-step updates), the same for every game.
+SETTINGS = {
+    "agent_name": "SimpleConvNetAgent",
+    "num_envs_per_actor": 8,
+    "total_environment_frames": 10_000_000,
+}
 BUDGETS = (2_500_000, 5_000_000, 10_000_000)
 CSV_FIELDS = ["game", "frames", "return_2.5M", "return_5M", "return_10M"]
 
@@ -46,6 +53,11 @@ FLAGS = flags.FLAGS
 def level_name(game):
     """The Gymnasium id of `game` (e.g. Breakout): no frame skip in the id, no sticky actions."""
     return f"{game}NoFrameskip-v4"
+
+
+def settings(game):
+    """The training settings of `game`'s run: SETTINGS with its level."""
+    return {**SETTINGS, "level_name": level_name(game)}
 
 
 def run_name(game):

@@ -42,29 +42,18 @@ flag (the fields of config.Config) is accepted and forwarded to the workers of e
 settings a run leaves out take the defaults of its level's environment family (config.py).
 """
 
-import glob
 import json
 import os
-import tempfile
-import time
 
 from absl import app, flags
 
 import config as config_lib
-import environments
-from bench import atari_curves, atari_suite, cluster
+from bench import atari_curves, atari_suite, cluster, runs
 from tools import curves, local_cluster
 
-# Every Atari run: the defaults (config.Config: PPO's Atari recipe on this learner, replay ratio
-# 3 with the clipped surrogate, 64-step updates), the same for every game.
-ATARI_SETTINGS = {
-    "agent_name": "SimpleConvNetAgent",
-    "num_envs_per_actor": 8,
-    "total_environment_frames": 10_000_000,
-}
 ATARI_RUNS = {
     atari_suite.run_name(game): {
-        "settings": {**ATARI_SETTINGS, "level_name": atari_suite.level_name(game)},
+        "settings": atari_suite.settings(game),
         "quick_frames": 500_000,
         "target": ppo[10_000_000],
         "game": game,
@@ -133,53 +122,21 @@ def run_config(name):
     return config_lib.configure({**settings, **given}), settings
 
 
-def train(run_dir, config, num_learners):
-    """Trains `num_learners` learners and --actors actors to the frame budget; returns the wall
-    time and the logdir."""
-    logdir = os.path.join(run_dir, "logdir")
-    flag_args = cluster.worker_flags(config, logdir=logdir)
-    # Generous: Pong with replay ratio 3 runs at ~900 frames/s here.
-    timeout_secs = 600 + config.total_environment_frames / 300
-    start = time.monotonic()
-    with local_cluster.WorkerSets(num_learners, FLAGS.actors, flag_args, run_dir) as workers:
-        exit_code = workers.learners.wait(timeout=timeout_secs)
-        if exit_code != 0:
-            raise RuntimeError(f"learner exited with {exit_code}; see {workers.learners_log}")
-    return time.monotonic() - start, logdir
-
-
-def batch_frames(config, num_learners):
-    """Environment frames of one batch of all `num_learners` learners (the global frame count's
-    step): on-policy unrolls x steps x frames per step (the action repeat)."""
-    frames_per_step = environments.action_repeat(config.level_name)
-    return config.batch_size * config.unroll_length * frames_per_step * num_learners
-
-
-def newest_run_dir(name):
-    """The most recently started run directory of `name` in --output_dir, or None."""
-    # mkdtemp's names: the prefix `<name>_` and 8 random characters ("pong_*" alone would also
-    # match pong_no_replay's).
-    run_dirs = [
-        os.path.dirname(logdir)
-        for logdir in glob.glob(os.path.join(FLAGS.output_dir, f"{name}_*", "logdir"))
-        if len(os.path.basename(os.path.dirname(logdir))) == len(name) + 1 + 8
-    ]
-    return max(run_dirs, key=os.path.getctime) if run_dirs else None
-
-
 def run_logdir(name, config, num_learners):
     """Trains the run to its budget in a new run directory (with --resume: in its newest one), or
     with --curves_only takes its newest run directory as it is; returns its logdir, the run
     directory, the load average before training and the wall time (None with --curves_only)."""
-    run_dir = newest_run_dir(name) if FLAGS.resume or FLAGS.curves_only else None
+    run_dir = (
+        runs.newest_run_dir(FLAGS.output_dir, name) if FLAGS.resume or FLAGS.curves_only else None
+    )
     if FLAGS.curves_only:
         if run_dir is None:
             raise app.UsageError(f"--curves_only: no {name} run directory in {FLAGS.output_dir}")
         return os.path.join(run_dir, "logdir"), run_dir, None, None
     if run_dir is None:
-        run_dir = tempfile.mkdtemp(prefix=f"{name}_", dir=FLAGS.output_dir)
+        run_dir = runs.new_run_dir(FLAGS.output_dir, name)
     load_average = cluster.wait_for_quiet_machine()
-    wall_secs, logdir = train(run_dir, config, num_learners)
+    wall_secs, logdir = runs.train(run_dir, config, num_learners, FLAGS.actors)
     return logdir, run_dir, load_average, wall_secs
 
 
@@ -203,7 +160,7 @@ def benchmark(name):
     csv_path = os.path.join(FLAGS.output_dir, f"{name}.csv")
     curves.write_csv(points, csv_path)
     budget, frames = config.total_environment_frames, run.frames()
-    batch = batch_frames(config, num_learners)
+    batch = runs.batch_frames(config, num_learners)
     target, reference = figure_marks(name)
     curves.draw(
         [run],

@@ -482,11 +482,6 @@ def better_of(first, second):
     return {name: better(name) for name, stage in first.items() if isinstance(stage, dict)}
 
 
-def uses_per_agent_step(config):
-    """How many times the learner trains on each agent step: (B + replayed) / B."""
-    return (config.batch_size + replay.replayed_per_batch(config)) / config.batch_size
-
-
 def bounds(stages, uses, learner_forms):
     """Agent steps/s bounds of a configuration that trains on each agent step `uses` times:
     `limit` from the raw stages, and from the project's own the `cpu_ceiling` (cores busy),
@@ -496,7 +491,7 @@ def bounds(stages, uses, learner_forms):
 
     Args:
       stages: {stage name: figures} of `measure` (better_of).
-      uses: trainings of each agent step (uses_per_agent_step).
+      uses: trainings of each agent step (replay.uses_per_agent_step).
       learner_forms: [(trained steps/s, CPU ms per trained step)] of the configuration's
         learners alone on this host, the ways they can run (one: learner_best's and
         learner_fastest's; several: their ranks under mpirun, bench.learner_ranks).

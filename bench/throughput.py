@@ -52,6 +52,7 @@ import numpy as np
 from absl import app, flags
 
 import config as config_lib
+import replay
 from bench import cluster, learner_ranks
 from bench import stages as stages_lib
 from roles import build_agent
@@ -350,7 +351,7 @@ def main(argv):
                 ),
                 paired=(
                     limit_stages,
-                    stages_lib.uses_per_agent_step(row_config),
+                    replay.uses_per_agent_step(row_config),
                     rounds,
                     round_secs,
                 )
@@ -372,7 +373,7 @@ def main(argv):
         for count in learner_counts
     }
     for row, (row_config, learners, _) in zip(results, rows, strict=True):
-        row["uses_per_agent_step"] = stages_lib.uses_per_agent_step(row_config)
+        row["uses_per_agent_step"] = replay.uses_per_agent_step(row_config)
         if learners > 1:  # their ranks' rate together, at one rank's cheapest CPU per step
             learner_forms = [(ranks[learners]["rate"], stages["learner_best"]["cpu_ms"])]
         else:

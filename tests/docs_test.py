@@ -51,6 +51,7 @@ THIRD_PARTY_FLAGS = {
 WRITTEN_BY_COMMANDS = {
     "docs/atari_results.csv",  # bench.learning --runs=atari --results_csv=...
     "docs/atari_suite.png",  # bench.learning --runs=atari --grid_png=...
+    "docs/replay_results.csv",  # bench.replay
 }
 
 FLAG = re.compile(r"(?<![\w/-])--([a-zA-Z][\w-]*)")

@@ -1,0 +1,71 @@
+"""One training run of the real system in a run directory of its own: what bench.learning and
+bench.replay share.
+
+A run directory (`<name>_<8 random characters>` in an output directory) holds the workers' logs
+(`learners.log`, `actor-<i>-<j>.log`) and the learner's `logdir` (summaries, checkpoints).
+"""
+
+import glob
+import os
+import subprocess
+import tempfile
+import time
+
+import environments
+from bench import cluster
+from tools import local_cluster
+
+
+def new_run_dir(output_dir, name):
+    """A fresh run directory of `name` in `output_dir`."""
+    return tempfile.mkdtemp(prefix=f"{name}_", dir=output_dir)
+
+
+def newest_run_dir(output_dir, name):
+    """The most recently started run directory of `name` in `output_dir`, or None."""
+    # mkdtemp's names: the prefix `<name>_` and 8 random characters ("pong_*" alone would also
+    # match pong_no_replay's).
+    run_dirs = [
+        os.path.dirname(logdir)
+        for logdir in glob.glob(os.path.join(output_dir, f"{name}_*", "logdir"))
+        if len(os.path.basename(os.path.dirname(logdir))) == len(name) + 1 + 8
+    ]
+    return max(run_dirs, key=os.path.getctime) if run_dirs else None
+
+
+def train(run_dir, config, num_learners, num_actors, watch=None, watch_secs=10.0):
+    """Trains `num_learners` learners and `num_actors` actors to the frame budget in `run_dir`;
+    returns the wall time and the logdir.
+
+    watch: called with the local_cluster.WorkerSets every `watch_secs` while the learners run
+      (e.g. to sample their CPU time), or None.
+    """
+    logdir = os.path.join(run_dir, "logdir")
+    flag_args = cluster.worker_flags(config, logdir=logdir)
+    # Generous: Pong with replay ratio 3 runs at ~900 frames/s here.
+    timeout_secs = 600 + config.total_environment_frames / 300
+    start = time.monotonic()
+    with local_cluster.WorkerSets(num_learners, num_actors, flag_args, run_dir) as workers:
+        exit_code = _wait(workers, start + timeout_secs, watch, watch_secs)
+        if exit_code != 0:
+            raise RuntimeError(f"learner exited with {exit_code}; see {workers.learners_log}")
+    return time.monotonic() - start, logdir
+
+
+def _wait(workers, deadline, watch, watch_secs):
+    """The learners' exit code, calling `watch(workers)` every `watch_secs` meanwhile; at the
+    (monotonic) `deadline`, raises AssertionError with their log's tail."""
+    while watch is not None and time.monotonic() < deadline:
+        watch(workers)
+        try:
+            return workers.learners.popen.wait(timeout=watch_secs)
+        except subprocess.TimeoutExpired:
+            continue
+    return workers.learners.wait(timeout=max(0.0, deadline - time.monotonic()))
+
+
+def batch_frames(config, num_learners):
+    """Environment frames of one batch of all `num_learners` learners (the global frame count's
+    step): on-policy unrolls x steps x frames per step (the action repeat)."""
+    frames_per_step = environments.action_repeat(config.level_name)
+    return config.batch_size * config.unroll_length * frames_per_step * num_learners

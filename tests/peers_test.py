@@ -1,6 +1,8 @@
 """bench/peers on fakes, without Sample Factory's virtualenv: SF's summaries and log read into the
 curve and frames/s, the stop at the target, the speed windows' schedule and figures, the report
-from committed files, the flags. (The real SF runs: bench/README.md's smoke command.)"""
+from committed files, the flags; --part=step's protocol with the torch process, its windows,
+figures and table, and our update's network and batch. (The real SF runs: bench/README.md's
+smoke command.)"""
 
 import subprocess
 import sys
@@ -10,8 +12,11 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from bench import cluster
+import config as config_lib
+import roles
+from bench import cluster, stages
 from bench.peers import frames, report, sf_train, speed, systems
+from bench.peers import step as peers_step
 from tools import curves, local_cluster
 
 LEVEL = "PongNoFrameskip-v4"
@@ -305,3 +310,126 @@ def test_the_speed_result_reads_back(tmp_path):
     assert speed.read_result(path) is None
     speed.write_result(path, {"configurations": {}})
     assert speed.read_result(path) == {"configurations": {}}
+
+
+# --part=step: the torch side's protocol on a fake torch_step.py process (torch_step.serve with
+# a no-op update: torch is only in the peers' virtualenv), ours on the real agent.
+FAKE_TORCH_STEP = (
+    "import sys; from bench.peers import torch_step; "
+    "torch_step.serve({'parameters': 7, 'torch': 'fake', 'threads': [1, 1]}, "
+    "lambda n: torch_step.timed(lambda: None, n), sys.stdin, sys.stdout)"
+)
+
+
+def test_the_torch_process_says_hello_then_times_each_window_asked(monkeypatch):
+    monkeypatch.chdir(local_cluster.REPO)  # where `bench` imports from
+    torch_updates = peers_step.TorchUpdates([sys.executable, "-c", FAKE_TORCH_STEP])
+    try:
+        assert torch_updates.hello == {"parameters": 7, "torch": "fake", "threads": [1, 1]}
+        figures = torch_updates.window(3)
+        assert figures["updates"] == 3
+        assert figures["cpu_secs"] >= 0 and figures["wall_secs"] >= 0
+        assert torch_updates.window(1)["updates"] == 1
+    finally:
+        torch_updates.close()
+
+
+def test_a_torch_process_that_dies_or_prints_no_json_is_an_error():
+    with pytest.raises(RuntimeError, match="torch_step.py exited with 3"):
+        peers_step.TorchUpdates([sys.executable, "-c", "raise SystemExit(3)"])
+    with pytest.raises(RuntimeError, match="not a JSON object: 'Traceback'"):
+        peers_step.parse_reply("Traceback\n")
+    with pytest.raises(RuntimeError, match=r"not a JSON object: '\[1\]'"):
+        peers_step.parse_reply("[1]\n")
+    assert peers_step.parse_reply('{"updates": 2}\n') == {"updates": 2}
+
+
+def test_the_forms_are_warmed_up_then_timed_in_turn_every_second_round_reversed(capsys):
+    calls = []
+
+    def window(form):
+        def run(updates):
+            calls.append(form)
+            return {"updates": updates, "cpu_secs": 0.1, "wall_secs": 0.2}
+
+        return run
+
+    results = peers_step.measure({form: window(form) for form in peers_step.FORMS}, 5, 2)
+
+    warm_up = list(peers_step.FORMS)
+    assert calls == [*warm_up, "ours-plain", "ours-xla", "torch", "torch", "ours-xla", "ours-plain"]
+    assert [r["form"] for r in results] == calls[3:]
+    assert [r["round"] for r in results] == [0, 0, 0, 1, 1, 1]
+    assert len(capsys.readouterr().out.splitlines()) == 6  # one JSON line a timed window
+
+
+def test_cpu_ms_per_sample_is_the_best_window_and_the_ratios_are_ours_over_torch():
+    def result(form, cpu_secs):
+        return {"form": form, "updates": 10, "cpu_secs": cpu_secs, "wall_secs": 2 * cpu_secs}
+
+    results = [
+        result("ours-plain", 0.64), result("ours-xla", 0.32), result("torch", 1.28),
+        result("torch", 0.96), result("ours-xla", 0.48), result("ours-plain", 0.32),
+        result("ours-plain", 1.28),
+    ]  # fmt: skip
+
+    summary = peers_step.summarize(results, 64)  # 640 samples a window
+
+    assert summary["ours-plain"] == {
+        "cpu_ms_per_sample": 0.5,
+        "median_cpu_ms_per_sample": 1.0,
+        "cores": 0.5,
+        "windows": 3,
+    }
+    assert summary["torch"]["cpu_ms_per_sample"] == 1.5
+    ratios = peers_step.ratios(summary)
+    assert ratios == {"plain": pytest.approx(1 / 3), "xla": pytest.approx(0.5 / 1.5)}
+    rows = peers_step.table(summary, ratios).splitlines()
+    assert rows[0].split() == ["form", "CPU", "ms/sample", "median", "cores", "ours/torch"]
+    assert rows[1].split() == ["ours-plain", "0.500", "1.000", "0.50", "0.33"]
+    assert rows[3].split() == ["torch", "1.500", "1.750", "0.50"]  # no ratio of its own
+
+
+def test_our_update_is_one_minibatch_of_the_nature_cnn_with_its_parameter_count():
+    config = peers_step.update_config(config_lib.Config())
+    agent, observation_spec, num_actions, _ = roles.build_agent(config)
+    # Nature CNN on 84x84x4 frames, its heads on 512 features + the reward + 6 one-hot actions.
+    layers = [8 * 8 * 4 * 32 + 32, 4 * 4 * 32 * 64 + 64, 3 * 3 * 64 * 64 + 64]
+    layers += [7 * 7 * 64 * 512 + 512, 519 * 6 + 6, 519 * 1 + 1]
+    assert peers_step.parameter_count(agent.trainable_variables) == sum(layers) == 1_687_768
+
+    spec = peers_step.torch_spec(config, observation_spec, num_actions)
+
+    assert (spec["unrolls"], spec["unroll_length"], spec["frame"]) == (2, 32, [4, 84, 84])
+    assert spec["num_actions"] == 6 and spec["epsilon"] == config.epsilon
+    # The learner batch is one minibatch: one update per call of the learner peers_step.
+    batch = stages.learner_batch(
+        agent, config, observation_spec, num_actions, np.random.default_rng()
+    )
+    assert batch.env_outputs.observation.shape == (2, 33, 84, 84, 4)
+    assert config_lib.learner_minibatch_unrolls(config.minibatch_unrolls, 1) == 2
+    assert peers_step.samples_per_update(config) == 64
+
+
+def test_the_bf16_flags_are_read_from_cpuinfo(tmp_path):
+    cpuinfo = tmp_path / "cpuinfo"
+    cpuinfo.write_text(
+        "processor\t: 0\nmodel name\t: Some CPU\nflags\t\t: fpu avx512f amx_tile avx512_bf16\n\n"
+        "processor\t: 1\nflags\t\t: fpu amx_int8\n"
+    )
+    assert peers_step.bf16_flags(cpuinfo) == ["avx512_bf16", "amx_tile"]
+    cpuinfo.write_text("processor\t: 0\nflags\t\t: fpu avx2\n")
+    assert peers_step.bf16_flags(cpuinfo) == []
+
+
+def test_the_step_part_needs_the_peers_virtualenv(tmp_path):
+    result = subprocess.run(
+        [sys.executable, "-m", "bench.peers", "--part=step", f"--sf_venv={tmp_path}"],
+        cwd=local_cluster.REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode != 0
+    last = result.stderr.strip().splitlines()[-1]
+    assert last == f"--sf_venv: no {tmp_path}/bin/python; run bash bench/peers/setup_sf.sh"

@@ -1,9 +1,11 @@
-"""Time to a target score (Pong +18) beside Sample Factory 2.1.1, the fastest single-machine peer.
+"""Time to a target score (Pong +18) beside Sample Factory 2.1.1, the fastest single-machine peer;
+and our learner's update beside PyTorch's.
 
   bash bench/peers/setup_sf.sh              # SF's own virtualenv, .venv-peers (once)
   .venv/bin/python -m bench.peers --part=frames --system=sf --config=throughput
   .venv/bin/python -m bench.peers --part=speed
   .venv/bin/python -m bench.peers --part=report
+  .venv/bin/python -m bench.peers --part=step
 
 Four configurations (systems.py): each system with its defaults and tuned for throughput.
   - frames (frames.py): one configuration trained until the mean of its last 100 games reaches
@@ -14,7 +16,12 @@ Four configurations (systems.py): each system with its defaults and tuned for th
     PSS, to docs/peers/speed-<Game>.json, to be committed.
   - report (report.py): from those files alone, frames to the target, frames/s and hours to
     the target per configuration, ours / SF, and docs/peers/<Game>.png.
+  - step (step.py, torch_step.py): CPU ms per trained sample of one update of the default
+    configuration (2 unrolls x 32 steps), ours plain and with XLA against PyTorch's forward,
+    backward and Adam step of the same network, one thread each, in alternating windows of one
+    run; ours / torch (the target: at most 1). Printed only.
 
 SF runs in its own virtualenv (bench/peers/setup_sf.sh; its pins exclude the project's numpy and
-gymnasium) through bench/peers/sf_train.py; this package runs in the project's.
+gymnasium) through bench/peers/sf_train.py, and so does torch_step.py (torch is there only); this
+package runs in the project's.
 """

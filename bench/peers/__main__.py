@@ -1,12 +1,15 @@
-"""Time to a target score beside Sample Factory 2.1.1 (bench/peers/__init__.py).
+"""Time to a target score beside Sample Factory 2.1.1, and our update beside PyTorch's
+(bench/peers/__init__.py).
 
   .venv/bin/python -m bench.peers --part=frames --system=ours|sf --config=defaults|throughput
   .venv/bin/python -m bench.peers --part=speed
   .venv/bin/python -m bench.peers --part=report
+  .venv/bin/python -m bench.peers --part=step [--step_updates=200 --rounds=2]
 
 (--game=Pong --target=18 by default.) Printed: what it found and, last, one JSON line.
 """
 
+import dataclasses
 import json
 import os
 import sys
@@ -14,11 +17,12 @@ import tempfile
 
 from absl import app, flags
 
+import config as config_lib
 from bench import atari_curves, atari_suite, cluster
-from bench.peers import frames, report, speed, systems
+from bench.peers import frames, report, speed, step, systems
 from tools import curves, local_cluster
 
-PARTS = ("frames", "speed", "report")
+PARTS = ("frames", "speed", "report", "step")
 CONFIGURATIONS = [f"{s}-{c}" for c in systems.CONFIGS for s in systems.SYSTEMS]
 
 flags.DEFINE_enum("part", None, PARTS, "What to do (bench/peers/__init__.py).")
@@ -31,10 +35,15 @@ flags.DEFINE_integer(
 )
 flags.DEFINE_integer("poll_secs", 60, "--part=frames: how often the run's games are read.", 1)
 flags.DEFINE_list("speed_configs", CONFIGURATIONS, "--part=speed: the configurations, in order.")
-flags.DEFINE_integer("rounds", 2, "--part=speed: windows of each configuration.", 1, 10)
+flags.DEFINE_integer(
+    "rounds", 2, "--part=speed: windows of each configuration; step: of each form.", 1, 10
+)
 flags.DEFINE_integer("window_secs", 300, "--part=speed: each window, from the start.", 10)
 flags.DEFINE_integer("skip_secs", 60, "--part=speed: start of a window not measured.", 0)
 flags.DEFINE_integer("sample_secs", 10, "--part=speed: how often PSS is sampled.", 1)
+flags.DEFINE_integer(
+    "step_updates", 200, "--part=step: updates per window (64 trained samples each).", 1, 10_000
+)
 flags.DEFINE_string("runs_dir", "/tmp/impala_bench_peers", "The runs' directories and logs.")
 flags.DEFINE_string(
     "sf_venv",
@@ -70,7 +79,12 @@ def check_flags():
         raise app.UsageError(f"--part: give one of {', '.join(PARTS)}")
     if FLAGS.part == "frames" and (FLAGS.system is None or FLAGS.config is None):
         raise app.UsageError("--part=frames needs --system and --config")
-    training = {"frames": [FLAGS.system], "speed": [n.split("-")[0] for n in FLAGS.speed_configs]}
+    # The systems each part runs (step: PyTorch, in SF's virtualenv).
+    training = {
+        "frames": [FLAGS.system],
+        "speed": [n.split("-")[0] for n in FLAGS.speed_configs],
+        "step": ["sf"],
+    }
     if "sf" in training.get(FLAGS.part, []) and not os.access(sf_python(), os.X_OK):
         raise app.UsageError(f"--sf_venv: no {sf_python()}; run bash bench/peers/setup_sf.sh")
 
@@ -150,11 +164,27 @@ def build_report():
     }
 
 
+def time_step():
+    """--part=step: our update (plain, XLA) beside PyTorch's, CPU ms per trained sample on one
+    thread (step.py), the default configuration's on --game."""
+    config = dataclasses.replace(config_lib.Config(), level_name=atari_suite.level_name(FLAGS.game))
+    load = cluster.wait_for_quiet_machine()
+    provenance = atari_curves.provenance(local_cluster.REPO)
+    return {"provenance": provenance, "load_average": load} | step.compare(
+        step.update_config(config), sf_python(), FLAGS.step_updates, FLAGS.rounds
+    )
+
+
 def main(argv):
     del argv
     check_flags()
     local_cluster.exit_cleanly_on_termination()
-    part = {"frames": train_frames, "speed": measure_speed, "report": build_report}[FLAGS.part]
+    part = {
+        "frames": train_frames,
+        "speed": measure_speed,
+        "report": build_report,
+        "step": time_step,
+    }[FLAGS.part]
     try:
         result = part()
     except (curves.CurvesError, RuntimeError) as e:

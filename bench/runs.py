@@ -42,7 +42,7 @@ def train(run_dir, config, num_learners, num_actors, watch=None, watch_secs=10.0
     """
     logdir = os.path.join(run_dir, "logdir")
     flag_args = cluster.worker_flags(config, logdir=logdir)
-    # Generous: Pong with replay ratio 3 runs at ~900 frames/s here.
+    # Generous: a floor of 300 frames/s, well below the defaults' measured rates (bench/README.md).
     timeout_secs = 600 + config.total_environment_frames / 300
     start = time.monotonic()
     with local_cluster.WorkerSets(num_learners, num_actors, flag_args, run_dir) as workers:

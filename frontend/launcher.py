@@ -388,7 +388,24 @@ def ssh_connect(worker, known_hosts, accept_unknown, timeout, warn):
     except TimeoutError:  # The socket's own text is just 'timed out'.
         client.close()
         raise TimeoutError(f"no answer within {timeout:g} s") from None
+    except paramiko.SSHException as error:
+        cause = negotiation_failure(client.get_transport(), timeout)
+        client.close()
+        if cause is None:
+            raise
+        raise cause from error
     return client
+
+
+def negotiation_failure(transport, timeout):
+    """Why SSH's key exchange never finished, which paramiko's own error ('No existing session')
+    hides: still under way after `timeout` s, or the transport's saved error (e.g. a reset).
+    None when it finished (e.g. the login itself failed)."""
+    if transport is None or transport.initial_kex_done:
+        return None
+    if transport.is_active():
+        return TimeoutError(f"no key exchange within {timeout:g} s")
+    return transport.get_exception()
 
 
 def describe_error(error):

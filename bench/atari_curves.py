@@ -55,6 +55,12 @@ def path(docs_dir, game):
     return os.path.join(docs_dir, "atari", f"{game}.csv")
 
 
+def ab_path(docs_dir, game, change):
+    """Where `game`'s curve of the A/B run `change` goes in `docs_dir`: beside the suite's
+    curves, never read into its table."""
+    return os.path.join(docs_dir, "atari", "ab", f"{game}-{change}.csv")
+
+
 def reaches(frames, budget, batch_frames):
     """Whether a run whose summaries got to `frames` counts as at `budget`: its last summaries
     can be up to one batch (`batch_frames`, of all learners) short of the frames it stopped at."""

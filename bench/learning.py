@@ -17,6 +17,9 @@ A game of the Atari suite (below) also writes, as its run ends, its curve to
 reached its budget within one batch, else partial, e.g. with --curves_only on a run still going),
 to be committed at once, and rebuilds the suite's table and figure from every game's curve there
 (bench/atari_suite.py; `python -m bench.atari_suite` rebuilds them alone). --quick writes none.
+An A/B run of a game (`--ab=<change> <its flags>`, often with `--stop_at_frames` to cut it short
+on the budget's schedule) writes its curve to --docs_dir/atari/ab/<Game>-<change>.csv instead,
+the flags given on its comment line, and leaves the suite's table alone.
 
   cartpole        CartPole-v1 on the vector family's defaults alone (config.VECTOR_DEFAULTS:
                   MLPAgent, ...), 500K frames (= agent steps): the frames at which the mean
@@ -108,6 +111,28 @@ flags.DEFINE_bool(
     "from the summaries it has so far (and an Atari game's curve in --docs_dir, partial unless "
     "the run reached its budget).",
 )
+flags.DEFINE_integer(
+    "stop_at_frames",
+    None,
+    "Stop each run at this many frames, its learning-rate schedule still the budget's: a short "
+    "A/B run (needs --ab; its curve is partial).",
+    lower_bound=1,
+)
+flags.DEFINE_string(
+    "ab",
+    None,
+    "The name of an A/B change (e.g. queue2, given with its flags): an Atari game's curve goes to "
+    "--docs_dir/atari/ab/<Game>-<name>.csv, its flags on its comment line, and the suite's table "
+    "is left alone.",
+)
+flags.register_validator(
+    "ab", lambda name: name is None or name.isidentifier(), "--ab: letters, digits and _ only"
+)
+flags.register_multi_flags_validator(
+    ["stop_at_frames", "ab"],
+    lambda given: given["stop_at_frames"] is None or given["ab"] is not None,
+    "--stop_at_frames: give --ab too, so that the partial curve does not replace the suite's",
+)
 FLAGS = flags.FLAGS
 
 
@@ -136,7 +161,9 @@ def run_logdir(name, config, num_learners):
     if run_dir is None:
         run_dir = runs.new_run_dir(FLAGS.output_dir, name)
     load_average = cluster.wait_for_quiet_machine()
-    wall_secs, logdir = runs.train(run_dir, config, num_learners, FLAGS.actors)
+    wall_secs, logdir = runs.train(
+        run_dir, config, num_learners, FLAGS.actors, stop_at_frames=FLAGS.stop_at_frames
+    )
     return logdir, run_dir, load_average, wall_secs
 
 
@@ -193,9 +220,17 @@ def benchmark(name):
 def keep_in_docs(result, run, provenance):
     """Writes the Atari game's curve of `result` (of benchmark()) and its curves.RunCurves `run`
     to --docs_dir/atari/<Game>.csv, its comment line led by `provenance`; then rebuilds the suite's
-    table and figure from every game's curve there. Returns the table's rows."""
+    table and figure from every game's curve there. Returns the table's rows. With --ab, writes
+    the curve to the A/B's path instead, its settings in its comment line; returns None."""
     game = ATARI_RUNS[result["run"]]["game"]
     curve = atari_curves.of_run(run, game, result["budget"], result["batch_frames"])
+    if FLAGS.ab:
+        given = config_lib.given_flags(FLAGS)
+        changes = " ".join(f"--{name}={value}" for name, value in given.items())
+        path = atari_curves.ab_path(FLAGS.docs_dir, game, FLAGS.ab)
+        atari_curves.write(curve, path, f"{provenance}, A/B {FLAGS.ab}: {changes}")
+        print(f"A/B curve: {path}")
+        return None
     atari_curves.write(curve, atari_curves.path(FLAGS.docs_dir, game), provenance)
     return atari_suite.rebuild(FLAGS.docs_dir)
 

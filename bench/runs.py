@@ -7,11 +7,13 @@ A run directory (`<name>_<8 random characters>` in an output directory) holds th
 
 import glob
 import os
+import signal
 import subprocess
 import tempfile
 import time
 
 import environments
+import exit_codes
 from bench import cluster
 from tools import local_cluster
 
@@ -33,23 +35,45 @@ def newest_run_dir(output_dir, name):
     return max(run_dirs, key=os.path.getctime) if run_dirs else None
 
 
-def train(run_dir, config, num_learners, num_actors, watch=None, watch_secs=10.0):
+def train(
+    run_dir, config, num_learners, num_actors, watch=None, watch_secs=10.0, stop_at_frames=None
+):
     """Trains `num_learners` learners and `num_actors` actors to the frame budget in `run_dir`;
     returns the wall time and the logdir.
 
     watch: called with the local_cluster.WorkerSets every `watch_secs` while the learners run
       (e.g. to sample their CPU time), or None.
+    stop_at_frames: stop the learners at this many frames instead, their learning-rate schedule
+      still the budget's (stopping_at()); None: at the budget.
     """
     logdir = os.path.join(run_dir, "logdir")
     flag_args = cluster.worker_flags(config, logdir=logdir)
     # Generous: a floor of 300 frames/s, well below the defaults' measured rates (bench/README.md).
     timeout_secs = 600 + config.total_environment_frames / 300
+    finished = {0}
+    if stop_at_frames is not None:
+        watch = stopping_at(stop_at_frames, watch)
+        finished.add(exit_codes.EXIT_STOPPED_BY_SIGNAL)
     start = time.monotonic()
     with local_cluster.WorkerSets(num_learners, num_actors, flag_args, run_dir) as workers:
         exit_code = _wait(workers, start + timeout_secs, watch, watch_secs)
-        if exit_code != 0:
+        if exit_code not in finished:
             raise RuntimeError(f"learner exited with {exit_code}; see {workers.learners_log}")
     return time.monotonic() - start, logdir
+
+
+def stopping_at(frames, watch=None):
+    """A watch for train() that calls `watch` (if any), then sends the learners SIGTERM once rank
+    0 has logged `frames` frames: they save a checkpoint and their summaries, and exit."""
+
+    def stop_when_there(workers):
+        if watch is not None:
+            watch(workers)
+        logged = cluster.progress_points(workers.learner_log())
+        if logged and logged[-1][1] >= frames:
+            workers.learners.signal(signal.SIGTERM)
+
+    return stop_when_there
 
 
 def _wait(workers, deadline, watch, watch_secs):

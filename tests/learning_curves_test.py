@@ -1,15 +1,16 @@
 """bench.learning --curves_only: the CSV, PNG and JSON of a run stopped before its budget, read
-from the summaries its learner wrote (written here as the learner writes them), and an Atari
-game's curve in --docs_dir."""
+from the summaries its learner wrote (written here as the learner writes them), an Atari game's
+curve in --docs_dir, an A/B run's beside it; and how a run is stopped early."""
 
 import json
+import signal
 import subprocess
 import sys
 
 import numpy as np
 import tensorflow as tf
 
-from bench import atari_curves, atari_suite, learning
+from bench import atari_curves, atari_suite, learning, runs
 from tools import local_cluster
 
 LEVEL = "PongNoFrameskip-v4"
@@ -116,3 +117,72 @@ def test_each_games_figure_marks_its_own_ppo_returns():
     assert learning.figure_marks("breakout") == (None, atari_suite.reference("Breakout"))
     assert learning.figure_marks("pong") == (None, atari_suite.reference("Pong"))
     assert learning.figure_marks("cartpole") == (475.0, None)
+
+
+def test_an_ab_curve_goes_beside_the_suites_with_its_flags(tmp_path):
+    frames = 20_000 * np.arange(1, 101)  # to 2M of the 5M budget
+    write_games(
+        tmp_path / "space_invaders_abcd1234" / "logdir",
+        "SpaceInvadersNoFrameskip-v4",
+        frames,
+        np.full(100, 250.0),
+    )
+    docs = tmp_path / "docs"
+
+    finished = curves_only(
+        tmp_path,
+        "space_invaders",
+        "--ab=queue2",
+        "--queue_capacity=2",
+        "--total_environment_frames=5000000",
+    )
+
+    assert finished.returncode == 0, finished.stderr[-3000:]
+    path = docs / "atari" / "ab" / "SpaceInvaders-queue2.csv"
+    curve = atari_curves.read(path)
+    assert not curve.complete and curve.budget == 5_000_000
+    assert curve.rows[-1, 0] == 2_000_000 and curve.rows[-1, 1] == 250.0
+    comment = path.read_text().splitlines()[0]
+    assert "A/B queue2: " in comment and "--queue_capacity=2" in comment
+    assert not (docs / "atari" / "SpaceInvaders.csv").exists()
+    assert not (docs / "atari_results.csv").exists()
+
+
+def test_stopping_early_needs_an_ab_name(tmp_path):
+    finished = curves_only(tmp_path, "space_invaders", "--stop_at_frames=2000000")
+
+    assert finished.returncode != 0
+    assert "--stop_at_frames: give --ab too" in finished.stderr
+
+
+class FakeLearners:
+    """WorkerSets' learners and log as runs.stopping_at() sees them."""
+
+    def __init__(self, frames):
+        self.log = "".join(
+            f"I1127 21:19:{second:02d}.315398 1 progress.py:166] frames {f} (1.0%) | ...\n"
+            for second, f in enumerate(frames)
+        )
+        self.learners = self
+        self.signals = []
+
+    def learner_log(self):
+        return self.log
+
+    def signal(self, signum):
+        self.signals.append(signum)
+
+
+def test_a_run_stopped_early_gets_sigterm_once_its_frames_are_logged():
+    watched = []
+    stop = runs.stopping_at(2_000_000, watched.append)
+    short, there = FakeLearners([1_000_000, 1_990_000]), FakeLearners([1_990_000, 2_004_224])
+
+    stop(short)
+    stop(there)
+
+    assert watched == [short, there]  # The run's own watch still called.
+    assert short.signals == [] and there.signals == [signal.SIGTERM]
+    nothing_logged = FakeLearners([])
+    runs.stopping_at(1)(nothing_logged)
+    assert nothing_logged.signals == []

@@ -94,6 +94,13 @@ class Config:
 
     # Agent and training schedule.
     agent_name: str = setting("SimpleConvNetAgent", "See agents.AGENTS.")
+    torso_dtype: str = setting(
+        "float32",
+        "The torso's arithmetic (convolutions and hidden layers): 'bfloat16' from float32 "
+        "variables, the heads, the loss and the optimizer staying float32; 'auto': bfloat16 on "
+        "each host whose CPU computes it natively (AVX512_BF16 or AMX), else float32.",
+        choices=["float32", "bfloat16", "auto"],
+    )
     initialization: str = setting(
         "orthogonal",
         "Weight initialisation: 'sonnet' (truncated normal, stddev 1/sqrt(fan_in), as the IMPALA "

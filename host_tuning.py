@@ -6,7 +6,8 @@ line (`<role> host tuning: ... | ... `, a refusal with its reason):
                   its share of the host's cores when other learners share it (--pin_learners),
                   its TF thread pools;
   tune_actor      its niceness (--actor_niceness) and TF thread pools;
-  tune_evaluator  SCHED_IDLE and one thread in each TF pool.
+  tune_evaluator  SCHED_IDLE and one thread in each TF pool;
+and each logs its agent's torso dtype (torso_dtype: --torso_dtype, 'auto' by the host's CPU).
 Before them, first thing in the process and before TensorFlow is imported, `use_allocator`
 puts a worker on tcmalloc.
 
@@ -44,6 +45,8 @@ _KEEP_BYTES = 1 << 30
 # every sched_rt_period_us on each core, the rest is left to normal ones; -1 disables it.
 _RT_RUNTIME_PATH = "/proc/sys/kernel/sched_rt_runtime_us"
 _REALTIME_PRIORITY = 1  # the lowest: above every normal thread, below the kernel's own.
+# Flags of /proc/cpuinfo that say the CPU computes in bfloat16 itself (AVX-512 BF16, AMX).
+NATIVE_BFLOAT16 = ("avx512_bf16", "amx_bf16")
 
 
 def tune_learner(config, local_rank, learners_on_host, actors_on_host):
@@ -59,7 +62,7 @@ def tune_learner(config, local_rank, learners_on_host, actors_on_host):
     realtime, scheduling = raise_learner_priority(config.learner_realtime, actors_on_host)
     pools = size_thread_pools(thread_pools(config, "learner", learners_on_host, actors_on_host))
     _, cores = pin_learner(config.pin_learners, local_rank, learners_on_host)
-    _log("learner", scheduling, cores, pools)
+    _log("learner", scheduling, cores, pools, torso_dtype(config.torso_dtype)[1])
     return realtime
 
 
@@ -70,6 +73,7 @@ def tune_actor(config):
         "actor",
         lower_priority(config.actor_niceness),
         size_thread_pools(thread_pools(config, "actor")),
+        torso_dtype(config.torso_dtype)[1],
     )
 
 
@@ -77,7 +81,9 @@ def tune_evaluator(config):
     """Tunes this evaluator before it starts its TF and environment threads, which inherit
     SCHED_IDLE: it runs only on CPU nothing else of the host wants, so that it cannot slow
     training; logs one line."""
-    _log("evaluator", run_when_idle(), size_thread_pools(thread_pools(config, "evaluator")))
+    idle = run_when_idle()
+    pools = size_thread_pools(thread_pools(config, "evaluator"))
+    _log("evaluator", idle, pools, torso_dtype(config.torso_dtype)[1])
 
 
 def _log(role, *choices):
@@ -124,6 +130,27 @@ def raise_learner_priority(setting, actors_on_host):
     except PermissionError:
         return False, "scheduling normal (SCHED_FIFO needs CAP_SYS_NICE)"
     return True, f"scheduling SCHED_FIFO priority {_REALTIME_PRIORITY} ({reason})"
+
+
+def native_bfloat16(cpuinfo="/proc/cpuinfo"):
+    """The flags of NATIVE_BFLOAT16 the first processor of `cpuinfo` has, in that order."""
+    with open(cpuinfo) as f:
+        for line in f:
+            key, _, value = line.partition(":")
+            if key.strip() == "flags":
+                return [flag for flag in NATIVE_BFLOAT16 if flag in value.split()]
+    return []
+
+
+def torso_dtype(setting, cpuinfo="/proc/cpuinfo"):
+    """(the agent's torso dtype, the choice for the log line) for --torso_dtype `setting`:
+    'auto' is bfloat16 where this host's CPU computes it natively (native_bfloat16)."""
+    if setting != "auto":
+        return setting, f"torso {setting} (--torso_dtype={setting})"
+    flags = native_bfloat16(cpuinfo)
+    if flags:
+        return "bfloat16", f"torso bfloat16 (the CPU has {', '.join(flags)})"
+    return "float32", "torso float32 (no native bfloat16 in the CPU)"
 
 
 def run_when_idle():

@@ -59,7 +59,8 @@ def build_agent(config):
     )
     observation_spec, num_actions = env.observation_spec, env.num_actions
     env.close()
-    agent = agents.agent_factory(config.agent_name)(num_actions, config.initialization)
+    dtype, _ = host_tuning.torso_dtype(config.torso_dtype)
+    agent = agents.agent_factory(config.agent_name)(num_actions, config.initialization, dtype)
     shape, dtype = observation_spec
     dummy = environments.StepOutput(
         reward=tf.zeros([1], tf.float32),

@@ -9,6 +9,7 @@ import collections
 import dataclasses
 import functools
 import numbers
+import threading
 
 import numpy as np
 import sonnet as snt
@@ -21,6 +22,7 @@ AgentOutput = collections.namedtuple("AgentOutput", "action policy_logits baseli
 
 
 INITIALIZATIONS = ("sonnet", "orthogonal")
+TORSO_DTYPES = ("float32", "bfloat16")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -46,6 +48,9 @@ class Initializers:
         raise ValueError(f"unknown initialization {scheme!r}; valid: {', '.join(INITIALIZATIONS)}")
 
 
+_CAST_VARIABLES_LOCK = threading.Lock()
+
+
 def _reset_where_done(done, initial_state, state):
     """Per batch element, `initial_state` where `done` (bool [B]) is set, else `state` ([B, N])."""
     return tf.where(done[:, tf.newaxis], initial_state, state)
@@ -63,17 +68,25 @@ class Agent(snt.Module):
     Args:
       num_actions: A.
       initialization: one of INITIALIZATIONS (see Initializers.named).
+      torso_dtype: one of TORSO_DTYPES, the torso's arithmetic. Its variables, the core, the
+        heads and everything after them stay float32.
     """
 
     # Names of the per-step observation dimensions the torso expects, e.g. ("H", "W", "C").
     OBSERVATION_DIMS = ()
 
-    def __init__(self, num_actions, initialization="sonnet", name=None):
+    def __init__(self, num_actions, initialization="sonnet", torso_dtype="float32", name=None):
         super().__init__(name=name)
         # numbers.Integral also admits NumPy ints, e.g. gymnasium's Discrete(n).n.
         if not isinstance(num_actions, numbers.Integral) or num_actions < 1:
             raise ValueError(f"num_actions must be a positive integer, got {num_actions!r}")
+        if torso_dtype not in TORSO_DTYPES:
+            raise ValueError(
+                f"unknown torso dtype {torso_dtype!r}; valid: {', '.join(TORSO_DTYPES)}"
+            )
         self._num_actions = int(num_actions)
+        self._torso_dtype = tf.as_dtype(torso_dtype)
+        self._torso_variables_created = False
         self._initializers = Initializers.named(initialization)
         self._torso = None
         self._core = None
@@ -158,8 +171,25 @@ class Agent(snt.Module):
         clipped_reward = tf.clip_by_value(tf.cast(reward, tf.float32), -1.0, 1.0)
         one_hot_last_action = tf.one_hot(last_action, self._num_actions)
         return tf.concat(
-            [self._torso(frames), clipped_reward[:, tf.newaxis], one_hot_last_action], axis=1
+            [self._features(frames), clipped_reward[:, tf.newaxis], one_hot_last_action], axis=1
         )
+
+    def _features(self, frames):
+        """The torso's features float32 [N, F] of float32 frames [N, *OBSERVATION_DIMS], computed
+        in the torso's dtype: in bfloat16, from its float32 variables cast as they are read, so
+        that their gradients and the optimizer stay float32."""
+        if self._torso_dtype == tf.float32:
+            return self._torso(frames)
+        # The getter patches the torso's layer classes while it is active: one thread at a time.
+        with _CAST_VARIABLES_LOCK:
+            if not self._torso_variables_created:
+                self._torso(frames)  # Sonnet creates variables in the first input's dtype.
+                self._torso_variables_created = True
+            torso_modules = (self._torso, *self._torso.submodules)
+            cast = functools.partial(tf.cast, dtype=self._torso_dtype)
+            with snt.custom_variable_getter(cast, instances=torso_modules):
+                features = self._torso(tf.cast(frames, self._torso_dtype))
+        return tf.cast(features, tf.float32)
 
     def _unroll_core(self, inputs, done, core_state):
         """Steps the core over time: inputs [T, B, F], done bool [T, B] -> outputs [T, B, F']."""

@@ -14,8 +14,10 @@ class MLPAgent(Agent):
 
     OBSERVATION_DIMS = ("D",)
 
-    def __init__(self, num_actions, initialization="sonnet", name="mlp_agent"):
-        super().__init__(num_actions, initialization, name=name)
+    def __init__(
+        self, num_actions, initialization="sonnet", torso_dtype="float32", name="mlp_agent"
+    ):
+        super().__init__(num_actions, initialization, torso_dtype, name=name)
         self._torso = snt.nets.MLP(
             [64, 64],
             w_init=self._initializers.torso,

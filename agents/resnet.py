@@ -49,14 +49,18 @@ class ResNetAgent(Agent):
 
     OBSERVATION_DIMS = ("H", "W", "C")
 
-    def __init__(self, num_actions, initialization="sonnet", name="resnet_agent"):
-        super().__init__(num_actions, initialization, name=name)
+    def __init__(
+        self, num_actions, initialization="sonnet", torso_dtype="float32", name="resnet_agent"
+    ):
+        super().__init__(num_actions, initialization, torso_dtype, name=name)
         self._torso = ResNetTorso(self._initializers.torso)
 
 
 class ResNetLSTMAgent(ResNetAgent):
     """ResNetTorso -> LSTM 256 (reset where an episode starts) -> policy and baseline."""
 
-    def __init__(self, num_actions, initialization="sonnet", name="resnet_lstm_agent"):
-        super().__init__(num_actions, initialization, name=name)
+    def __init__(
+        self, num_actions, initialization="sonnet", torso_dtype="float32", name="resnet_lstm_agent"
+    ):
+        super().__init__(num_actions, initialization, torso_dtype, name=name)
         self._core = snt.LSTM(256, name="lstm")

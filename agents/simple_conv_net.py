@@ -14,8 +14,14 @@ class SimpleConvNetAgent(Agent):
 
     OBSERVATION_DIMS = ("H", "W", "C")
 
-    def __init__(self, num_actions, initialization="sonnet", name="simple_conv_net_agent"):
-        super().__init__(num_actions, initialization, name=name)
+    def __init__(
+        self,
+        num_actions,
+        initialization="sonnet",
+        torso_dtype="float32",
+        name="simple_conv_net_agent",
+    ):
+        super().__init__(num_actions, initialization, torso_dtype, name=name)
         w_init = self._initializers.torso
         self._torso = snt.Sequential(
             [

@@ -340,3 +340,45 @@ def test_numpy_integer_num_actions_is_accepted():
     # gymnasium's Discrete(n).n is a NumPy integer.
     agent = agents.MLPAgent(np.int64(NUM_ACTIONS))
     assert agent.num_actions == NUM_ACTIONS and type(agent.num_actions) is int
+
+
+@pytest.mark.parametrize("agent_name", sorted(agents.AGENTS))
+def test_a_bfloat16_torso_keeps_float32_variables_and_outputs_near_float32s(agent_name):
+    """The same weights in both agents: a bfloat16 torso's logits and baseline are within
+    bfloat16's rounding of float32's, and its gradients reach the float32 variables."""
+    rng = np.random.default_rng(5)
+    actions, env_outputs = make_actions(rng, (T, B)), make_env_outputs(agent_name, rng, (T, B))
+    state = random_state(agents.agent_factory(agent_name)(NUM_ACTIONS), rng)
+    unrolled = {}
+    for dtype in agents.base.TORSO_DTYPES:
+        agent = agents.agent_factory(agent_name)(NUM_ACTIONS, "orthogonal", dtype)
+        agent.unroll(actions, env_outputs, state)  # creates the variables
+        if dtype != "float32":
+            for mine, float32s in zip(
+                agent.variables, unrolled["float32"][0].variables, strict=True
+            ):
+                mine.assign(float32s)
+        with tf.GradientTape() as tape:
+            outputs, _ = tf.function(agent.unroll)(actions, env_outputs, state)
+            loss = tf.reduce_sum(outputs.policy_logits**2) + tf.reduce_sum(outputs.baseline**2)
+        unrolled[dtype] = agent, outputs, tape.gradient(loss, agent.trainable_variables)
+
+    agent, outputs, gradients = unrolled["bfloat16"]
+    assert {v.dtype for v in agent.variables} == {tf.float32}
+    assert outputs.policy_logits.dtype == outputs.baseline.dtype == tf.float32
+    _, expected, expected_gradients = unrolled["float32"]
+    scale = np.abs(expected.policy_logits).max() + np.abs(expected.baseline).max()
+    # bfloat16 keeps 8 significant bits: ~0.4 % a rounding, a few of them through the torso.
+    np.testing.assert_allclose(outputs.policy_logits, expected.policy_logits, atol=0.05 * scale)
+    np.testing.assert_allclose(outputs.baseline, expected.baseline, atol=0.05 * scale)
+    assert not np.allclose(outputs.baseline, expected.baseline, rtol=0, atol=1e-7)  # it differs
+    assert all(g.dtype == tf.float32 and tf.reduce_any(g != 0) for g in gradients)
+    flat, expected_flat = (tf.concat([tf.reshape(g, [-1]) for g in gs], 0) for gs in
+                           (gradients, expected_gradients))  # fmt: skip
+    # bfloat16 keeps 8 significant bits: the deepest torso (ResNet's, then an LSTM) strays most.
+    assert tf.norm(flat - expected_flat) / tf.norm(expected_flat) < 0.2
+
+
+def test_an_unknown_torso_dtype_is_named():
+    with pytest.raises(ValueError, match="unknown torso dtype 'float16'; valid: float32, bfloat16"):
+        agents.SimpleConvNetAgent(NUM_ACTIONS, "orthogonal", "float16")

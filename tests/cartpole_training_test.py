@@ -99,16 +99,18 @@ def test_each_role_tunes_its_use_of_the_host_in_one_line(run):
     assert (
         "learner host tuning: scheduling SCHED_FIFO priority 1 (its actors share this host) | "
         f"cores {cores} (the only learner on this host) | TF threads: {max(1, len(cores) - 1)} "
-        "kernel, default scheduling | allocator tcmalloc"
+        "kernel, default scheduling | torso float32 (--torso_dtype=float32) | allocator tcmalloc"
     ) in run["learner"].log()
     for actor in run["actors"]:
         assert (
             f"actor host tuning: niceness {min(19, os.nice(0) + 10)} (--actor_niceness=10) | "
-            "TF threads: 1 kernel, 1 scheduling | allocator tcmalloc"
+            "TF threads: 1 kernel, 1 scheduling | torso float32 (--torso_dtype=float32) | "
+            "allocator tcmalloc"
         ) in actor.log()
     assert (
         "evaluator host tuning: scheduling SCHED_IDLE (only CPU nothing else wants) | "
-        "TF threads: 1 kernel, 1 scheduling | allocator tcmalloc"
+        "TF threads: 1 kernel, 1 scheduling | torso float32 (--torso_dtype=float32) | "
+        "allocator tcmalloc"
     ) in run["evaluator"].log()
 
 

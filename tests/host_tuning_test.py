@@ -245,10 +245,39 @@ def test_a_learner_logs_every_choice_in_one_line():
         pinned = f"cores {cores} (2 learners on this host, more than cores)"
     assert (
         "learner host tuning: scheduling SCHED_FIFO priority 1 (its actors share this host) | "
-        f"{pinned} | TF threads: {kernel} kernel, default scheduling | allocator glibc's malloc, "
+        f"{pinned} | TF threads: {kernel} kernel, default scheduling | torso float32 "
+        "(--torso_dtype=float32) | allocator glibc's malloc, "
         "keeping freed memory (not an entry point, which re-executes onto tcmalloc)" in log
     ), log
     assert log.count("host tuning:") == 1
+
+
+def test_native_bfloat16_is_read_from_the_first_processors_flags(tmp_path):
+    cpuinfo = tmp_path / "cpuinfo"
+    cpuinfo.write_text(
+        "processor\t: 0\nmodel name\t: Some CPU\nflags\t\t: fpu amx_bf16 avx512f avx512_bf16\n\n"
+        "processor\t: 1\nflags\t\t: fpu amx_int8\n"
+    )
+    assert host_tuning.native_bfloat16(cpuinfo) == ["avx512_bf16", "amx_bf16"]
+    cpuinfo.write_text("processor\t: 0\nflags\t\t: fpu avx2 amx_tile\n")
+    assert host_tuning.native_bfloat16(cpuinfo) == []
+
+
+@pytest.mark.parametrize(
+    "setting, flags, expected",
+    [
+        ("auto", "avx2 avx512_bf16", ("bfloat16", "torso bfloat16 (the CPU has avx512_bf16)")),
+        ("auto", "avx2", ("float32", "torso float32 (no native bfloat16 in the CPU)")),
+        ("float32", "avx512_bf16", ("float32", "torso float32 (--torso_dtype=float32)")),
+        ("bfloat16", "avx2", ("bfloat16", "torso bfloat16 (--torso_dtype=bfloat16)")),
+    ],
+)
+def test_the_torso_dtype_auto_follows_the_cpu_and_the_others_the_flag(
+    tmp_path, setting, flags, expected
+):
+    cpuinfo = tmp_path / "cpuinfo"
+    cpuinfo.write_text(f"processor\t: 0\nflags\t\t: fpu {flags}\n")
+    assert host_tuning.torso_dtype(setting, cpuinfo) == expected
 
 
 _REPEATED_ALLOCATIONS = """
@@ -341,5 +370,6 @@ def test_the_entry_point_logs_its_actors_tuning_on_tcmalloc_in_one_line():
     niceness = min(19, os.nice(0) + 10)
     assert (
         f"actor host tuning: niceness {niceness} (--actor_niceness=10) | TF threads: 1 kernel, "
-        "1 scheduling | allocator tcmalloc\n" in result.stderr
+        "1 scheduling | torso float32 (--torso_dtype=float32) | allocator tcmalloc\n"
+        in result.stderr
     ), result.stderr[-2000:]

@@ -356,11 +356,11 @@ def test_the_forms_are_warmed_up_then_timed_in_turn_every_second_round_reversed(
 
     results = peers_step.measure({form: window(form) for form in peers_step.FORMS}, 5, 2)
 
-    warm_up = list(peers_step.FORMS)
-    assert calls == [*warm_up, "ours-plain", "ours-xla", "torch", "torch", "ours-xla", "ours-plain"]
-    assert [r["form"] for r in results] == calls[3:]
-    assert [r["round"] for r in results] == [0, 0, 0, 1, 1, 1]
-    assert len(capsys.readouterr().out.splitlines()) == 6  # one JSON line a timed window
+    forms = ["ours-plain", "ours-xla", "ours-bf16", "torch"]
+    assert calls == [*forms, *forms, *reversed(forms)]  # the warm-up, then two rounds
+    assert [r["form"] for r in results] == calls[4:]
+    assert [r["round"] for r in results] == [0] * 4 + [1] * 4
+    assert len(capsys.readouterr().out.splitlines()) == 8  # one JSON line a timed window
 
 
 def test_cpu_ms_per_sample_is_the_best_window_and_the_ratios_are_ours_over_torch():
@@ -409,17 +409,6 @@ def test_our_update_is_one_minibatch_of_the_nature_cnn_with_its_parameter_count(
     assert batch.env_outputs.observation.shape == (2, 33, 84, 84, 4)
     assert config_lib.learner_minibatch_unrolls(config.minibatch_unrolls, 1) == 2
     assert peers_step.samples_per_update(config) == 64
-
-
-def test_the_bf16_flags_are_read_from_cpuinfo(tmp_path):
-    cpuinfo = tmp_path / "cpuinfo"
-    cpuinfo.write_text(
-        "processor\t: 0\nmodel name\t: Some CPU\nflags\t\t: fpu avx512f amx_tile avx512_bf16\n\n"
-        "processor\t: 1\nflags\t\t: fpu amx_int8\n"
-    )
-    assert peers_step.bf16_flags(cpuinfo) == ["avx512_bf16", "amx_tile"]
-    cpuinfo.write_text("processor\t: 0\nflags\t\t: fpu avx2\n")
-    assert peers_step.bf16_flags(cpuinfo) == []
 
 
 def test_the_step_part_needs_the_peers_virtualenv(tmp_path):

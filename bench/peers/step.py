@@ -4,8 +4,9 @@ each, in one run.
   - ours: one update of the default configuration, as the learner trains it
     (train_step.train_in_minibatches through bench/stages.py's `learner_step`): a minibatch of
     --minibatch_unrolls (2) random unrolls of T+1 (33) steps, T (32) trained samples each, the
-    clipped surrogate on V-trace targets, Adam; plain and with XLA (--xla=off and on). TF's
-    kernel and scheduling pools at one thread each, in this process.
+    clipped surrogate on V-trace targets, Adam; plain and with XLA (--xla=off and on), and plain
+    with the torso in bfloat16 (--torso_dtype=bfloat16). TF's kernel and scheduling pools at one
+    thread each, in this process.
   - torch: the same network and batch shape in PyTorch (bench/peers/torch_step.py, in the peers'
     virtualenv, one process of its own): forward, a loss of the same kind, backward, Adam. Its
     parameter count must equal ours, or nothing is timed. torch at one intra-op and one
@@ -15,7 +16,7 @@ compilation, the caches), then `rounds` windows of `updates` updates, the three 
 (speed.schedule: every second round reversed), so that a drift of the machine's load weighs on
 each alike; each process's CPU time (all its threads) over a window / the samples it trained.
 A form's figure is its best window: other work on a shared machine only ever slows one down.
-The table gives ours / torch for plain and XLA; the target is at most 1.
+The table gives ours / torch for each of our forms; the target is at most 1.
 """
 
 import dataclasses
@@ -34,21 +35,13 @@ from bench.peers import speed, systems, torch_step
 # TF's kernel (intra-op) and scheduling (inter-op) pools: one thread each, as torch's.
 ONE_THREAD = (1, 1)
 TORCH_STEP = systems.PEERS_DIR / "torch_step.py"
-OURS = {"ours-plain": False, "ours-xla": True}  # form: XLA
+# form: (XLA, --torso_dtype)
+OURS = {
+    "ours-plain": (False, "float32"),
+    "ours-xla": (True, "float32"),
+    "ours-bf16": (False, "bfloat16"),
+}
 FORMS = (*OURS, "torch")
-# Flags of /proc/cpuinfo that say the CPU computes in bfloat16 (AVX-512 BF16, AMX): reported
-# only, for a later look at bf16 training.
-BF16_FLAGS = ("avx512_bf16", "amx_bf16", "amx_tile", "amx_int8")
-
-
-def bf16_flags(cpuinfo="/proc/cpuinfo"):
-    """BF16_FLAGS that the first processor of `cpuinfo` has, in BF16_FLAGS' order."""
-    with open(cpuinfo) as f:
-        for line in f:
-            key, _, value = line.partition(":")
-            if key.strip() == "flags":
-                return [flag for flag in BF16_FLAGS if flag in value.split()]
-    return []
 
 
 def parameter_count(variables):
@@ -122,10 +115,15 @@ def our_windows(config):
     parameter count, torch_spec of the update). `config`: one update per call (update_config).
     Sizes this process's TF pools: call it before any TF op."""
     host_tuning.size_thread_pools(ONE_THREAD)
-    agent, observation_spec, num_actions, _ = roles.build_agent(config)
+    agent_of_dtype = {}
     windows = {}
-    for form, xla in OURS.items():
-        # Each its own optimizer; the agent's variables are all they share (as stages.py's).
+    for form, (xla, torso_dtype) in OURS.items():
+        if torso_dtype not in agent_of_dtype:
+            agent_of_dtype[torso_dtype] = roles.build_agent(
+                dataclasses.replace(config, torso_dtype=torso_dtype)
+            )
+        agent, observation_spec, num_actions, _ = agent_of_dtype[torso_dtype]
+        # Each its own optimizer; an agent's variables are all they share (as stages.py's).
         update, samples = stages.learner_step(
             config, train_step.SingleProcess, agent, observation_spec, num_actions, xla
         )
@@ -178,11 +176,13 @@ def summarize(results, samples):
 
 
 def ratios(summary):
-    """{"plain": ours-plain / torch, "xla": ours-xla / torch} of the best windows' CPU ms per
-    sample (the target: at most 1)."""
+    """{"plain": ours-plain / torch, "xla": ..., "bf16": ...} of the best windows' CPU ms per
+    sample, for each of our forms in `summary` (the target: at most 1)."""
     torch_ms = summary["torch"]["cpu_ms_per_sample"]
     return {
-        form.removeprefix("ours-"): summary[form]["cpu_ms_per_sample"] / torch_ms for form in OURS
+        form.removeprefix("ours-"): summary[form]["cpu_ms_per_sample"] / torch_ms
+        for form in OURS
+        if form in summary
     }
 
 
@@ -206,7 +206,8 @@ def compare(config, sf_python, updates, rounds):
     torch_updates = TorchUpdates([sf_python, str(TORCH_STEP), json.dumps(spec)])
     try:
         hello = torch_updates.hello
-        print(f"CPU: {atari_curves.cpu_model()}; bf16 flags: {bf16_flags() or 'none'}")
+        native = host_tuning.native_bfloat16()
+        print(f"CPU: {atari_curves.cpu_model()}; native bfloat16: {', '.join(native) or 'none'}")
         print(f"parameters: ours {ours_parameters:,}, torch {hello['parameters']:,}")
         if hello["parameters"] != ours_parameters:
             raise RuntimeError("the torch network is not ours: its parameter count differs")
@@ -219,7 +220,7 @@ def compare(config, sf_python, updates, rounds):
     print(table(summary, ours_over_torch))
     return {
         "cpu_model": atari_curves.cpu_model(),
-        "bf16_flags": bf16_flags(),
+        "native_bfloat16": host_tuning.native_bfloat16(),
         "parameters": ours_parameters,
         "torch": hello["torch"],
         "batch": spec,

@@ -70,7 +70,7 @@ class Launch:
     @property
     def status_path(self):
         """Where a remote worker's exit status goes when it ends (see start_remote)."""
-        return posixpath.splitext(self.log_path)[0] + ".status"
+        return exit_status_path(posixpath.dirname(self.log_path), self.name)
 
     @property
     def command(self):
@@ -114,6 +114,12 @@ class Plan:
     @property
     def all(self):
         return [*self.clients, *self.learners, self.mpirun]
+
+
+def exit_status_path(launch_dir, name):
+    """Where the remote worker `name` of the run whose launch directory is `launch_dir` (the same
+    path on every host) has its exit status written when it ends (see start_remote)."""
+    return posixpath.join(launch_dir, f"{name}.status")
 
 
 def worker_launch(name, worker, task, cluster, flag_args, launch_dir, run_id, place):
@@ -540,18 +546,24 @@ def remote_tail(client, path, timeout, lines=15):
     return ssh_run(client, f"tail -n {lines} {shlex.quote(path)}", timeout)[1]
 
 
-def stop_remote(client, pid, run_id, timeout, ssh_timeout):
+def stop_remote(client, pid, run_id, status_path, timeout, ssh_timeout):
     """Stops the process group `pid` if its leader is still this run's worker.
 
-    SIGTERM, then SIGKILL after `timeout` s. Returns 'stopped', 'killed' or 'not running'.
+    SIGTERM, then SIGKILL after `timeout` s; then waits (2 s at most) for its waiting parent to
+    write its exit status to `status_path`, so that nothing of the run writes after the stop.
+    Returns 'stopped', 'killed' or 'not running'. `kill -s SIG -- -PGID`: the form every login
+    shell's kill reads as a process group (dash's refuses `kill -SIG -- -PGID`).
     """
     marker = shlex.quote(f"{RUN_ID_VARIABLE}={run_id}")
+    status = shlex.quote(status_path)
+    status_written = f"for i in $(seq 20); do [ -e {status} ] && break; sleep 0.1; done; "
     command = (
         f"if tr '\\0' '\\n' </proc/{pid}/environ 2>/dev/null | grep -qxF {marker}; then "
-        f"kill -TERM -- -{pid}; "
+        f"kill -s TERM -- -{pid}; "
         f"for i in $(seq {int(timeout * 10)}); do "
-        f"kill -0 -- -{pid} 2>/dev/null || {{ echo stopped; exit 0; }}; sleep 0.1; done; "
-        f"kill -KILL -- -{pid}; echo killed; "
+        f"kill -s 0 -- -{pid} 2>/dev/null || {{ {status_written}echo stopped; exit 0; }}; "
+        f"sleep 0.1; done; "
+        f"kill -s KILL -- -{pid}; {status_written}echo killed; "
         "else echo 'not running'; fi"
     )
     return _check(ssh_run(client, command, timeout + ssh_timeout), f"stopping PID {pid}").strip()

@@ -57,6 +57,7 @@ def _stop_remote_workers(state, workers, connections, console, options):
                 connections.get(worker),
                 entry["pid"],
                 state["run_id"],
+                launcher.exit_status_path(options.launch_dir, entry["name"]),
                 options.stop_timeout_secs,
                 options.ssh_timeout_secs,
             )

@@ -141,6 +141,11 @@ def test_password_never_appears_in_output_or_logs(open_dir, hosts, runs):
     outputs.append(frontend_runs.frontend(f"--logdir={logdir}", "--stop", env=env))
     assert outputs[-1][0] == 0, outputs[-1]
     assert outputs[-1][1].count(": stopped.") == 2
+    # The user's login shell is dash. Their exit statuses written before --stop returned:
+    # nothing of the run runs or writes after it.
+    assert frontend_runs.run_processes(state["run_id"]) == []
+    assert len(list((logdir / "launch").glob("*.status"))) == 2
+    assert list((logdir / "launch").glob("*.status.tmp")) == []
 
     for _, out, err in outputs:
         assert hosts.password not in out + err

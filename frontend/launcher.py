@@ -516,6 +516,20 @@ def remote_alive(client, pid, timeout):
     return ssh_run(client, f"kill -0 {pid}", timeout)[0] == 0
 
 
+def _is_runs_worker(pid, run_id):
+    """A shell test: true while PID `pid` is this run's worker (IMPALA_RUN_ID=run_id in its
+    environment), false once it ended or its PID serves another process."""
+    marker = shlex.quote(f"{RUN_ID_VARIABLE}={run_id}")
+    return f"tr '\\0' '\\n' </proc/{pid}/environ 2>/dev/null | grep -qxF {marker}"
+
+
+def _await_status(status_path):
+    """A shell loop waiting (2 s at most) for `status_path`: the worker's waiting parent writes
+    its exit status a moment after the worker ends."""
+    status = shlex.quote(status_path)
+    return f"for i in $(seq 20); do [ -e {status} ] && break; sleep 0.1; done; "
+
+
 def remote_exit_status(client, pid, run_id, status_path, timeout):
     """None while this run's worker `pid` (started by start_remote) runs; else how it ended.
 
@@ -524,14 +538,10 @@ def remote_exit_status(client, pid, run_id, status_path, timeout):
     too, or the host restarted). A PID now used by another process (no IMPALA_RUN_ID=run_id in
     its environment) counts as ended.
     """
-    marker = shlex.quote(f"{RUN_ID_VARIABLE}={run_id}")
     status = shlex.quote(status_path)
     command = (
-        f"if tr '\\0' '\\n' </proc/{pid}/environ 2>/dev/null | grep -qxF {marker}; then "
-        "echo running; exit 0; fi; "
-        # The parent writes the status a moment after the worker ends: wait for it (2 s at most).
-        f"for i in $(seq 20); do [ -e {status} ] && {{ cat {status}; exit 0; }}; sleep 0.1; done; "
-        "echo unknown"
+        f"if {_is_runs_worker(pid, run_id)}; then echo running; exit 0; fi; "
+        f"{_await_status(status_path)}[ -e {status} ] && cat {status} || echo unknown"
     )
     out = _check(ssh_run(client, command, timeout), f"checking PID {pid}").strip()
     if out == "running":
@@ -554,11 +564,9 @@ def stop_remote(client, pid, run_id, status_path, timeout, ssh_timeout):
     Returns 'stopped', 'killed' or 'not running'. `kill -s SIG -- -PGID`: the form every login
     shell's kill reads as a process group (dash's refuses `kill -SIG -- -PGID`).
     """
-    marker = shlex.quote(f"{RUN_ID_VARIABLE}={run_id}")
-    status = shlex.quote(status_path)
-    status_written = f"for i in $(seq 20); do [ -e {status} ] && break; sleep 0.1; done; "
+    status_written = _await_status(status_path)
     command = (
-        f"if tr '\\0' '\\n' </proc/{pid}/environ 2>/dev/null | grep -qxF {marker}; then "
+        f"if {_is_runs_worker(pid, run_id)}; then "
         f"kill -s TERM -- -{pid}; "
         f"for i in $(seq {int(timeout * 10)}); do "
         f"kill -s 0 -- -{pid} 2>/dev/null || {{ {status_written}echo stopped; exit 0; }}; "

@@ -4,6 +4,7 @@ worker runs from), its tmux windows and a remote worker's exit status; nothing i
 import os
 import pathlib
 import shlex
+import subprocess
 
 import paramiko
 import pytest
@@ -300,7 +301,33 @@ def test_remote_exit_status_reads_what_the_waiting_parent_recorded(out, status):
     # Only a process of this run counts as running: the PID may have been reused.
     assert "</proc/4242/environ" in command
     assert f"grep -qxF {launcher.RUN_ID_VARIABLE}={RUN_ID};" in command
-    assert "[ -e /l/actor-0-0.status ] && { cat /l/actor-0-0.status; exit 0; }" in command
+
+
+class LocalShell:
+    """A paramiko.SSHClient whose commands run in this host's /bin/sh (dash on Debian, the login
+    shell useradd gives), to check what the remote commands do, not how they read."""
+
+    def exec_command(self, command, timeout):
+        done = subprocess.run(["/bin/sh", "-c", command], capture_output=True, timeout=timeout)
+        return None, _Stream(done.stdout, done.returncode), _Stream(done.stderr, done.returncode)
+
+
+def test_remote_exit_status_in_a_real_shell(tmp_path):
+    status_path = str(tmp_path / "actor-0-0.status")
+
+    def exit_status(pid, run_id=RUN_ID):
+        return launcher.remote_exit_status(LocalShell(), pid, run_id, status_path, 30)
+
+    env = {**os.environ, launcher.RUN_ID_VARIABLE: RUN_ID}
+    with subprocess.Popen(["sleep", "60"], env=env) as worker:
+        try:
+            assert exit_status(worker.pid) is None
+            # The same PID counts as ended for another run: it may have been reused.
+            assert exit_status(worker.pid, "other-run") == "exited (exit status unknown)"
+        finally:
+            worker.kill()
+    pathlib.Path(status_path).write_text("137\n")
+    assert exit_status(worker.pid) == -9
 
 
 def test_remote_exit_status_names_a_failed_check():

@@ -203,11 +203,11 @@ def compare(config, sf_python, updates, rounds):
     """The module docstring's measurement of `config`'s update (update_config's) -> the result
     dict; prints the machine, both parameter counts, each window, then the table."""
     windows, ours_parameters, spec = our_windows(config)
+    cpu_model, native = atari_curves.cpu_model(), host_tuning.native_bfloat16()
     torch_updates = TorchUpdates([sf_python, str(TORCH_STEP), json.dumps(spec)])
     try:
         hello = torch_updates.hello
-        native = host_tuning.native_bfloat16()
-        print(f"CPU: {atari_curves.cpu_model()}; native bfloat16: {', '.join(native) or 'none'}")
+        print(f"CPU: {cpu_model}; native bfloat16: {', '.join(native) or 'none'}")
         print(f"parameters: ours {ours_parameters:,}, torch {hello['parameters']:,}")
         if hello["parameters"] != ours_parameters:
             raise RuntimeError("the torch network is not ours: its parameter count differs")
@@ -219,8 +219,8 @@ def compare(config, sf_python, updates, rounds):
     ours_over_torch = ratios(summary)
     print(table(summary, ours_over_torch))
     return {
-        "cpu_model": atari_curves.cpu_model(),
-        "native_bfloat16": host_tuning.native_bfloat16(),
+        "cpu_model": cpu_model,
+        "native_bfloat16": native,
         "parameters": ours_parameters,
         "torch": hello["torch"],
         "batch": spec,

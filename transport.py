@@ -37,6 +37,8 @@ LEARNER_DEVICE = "/job:learner/task:0/cpu:0"
 # The flag that gives each job's addresses: named by errors about them.
 ADDRESS_FLAGS = {"learner": "learner_host", "actor": "actor_hosts", "evaluator": "evaluator_host"}
 _ABORTED_ATTEMPTS = 5
+# Longer error messages are raised cut to this many characters, without TF's rewriting.
+_MESSAGE_LIMIT = 4096
 
 
 def _aborted_error(error):
@@ -52,6 +54,30 @@ def _aborted_error(error):
     if isinstance(error.__context__, tf.errors.AbortedError):
         return error.__context__
     return None
+
+
+def _raise(error):
+    raise error
+
+
+class _Session(tf.compat.v1.Session):
+    """A Session that raises an error whose message is long cut short, as it is.
+
+    The AbortedError of a request delivered twice quotes the whole request: for a publish or an
+    enqueue, megabytes of tensor bytes. Session's error handler (`_do_call`) rewrites messages
+    with a regex search whose time grows with the square of their length: days for those, so
+    the process would hang in the handler until a watchdog ended it. A message's first
+    _MESSAGE_LIMIT characters say what failed; shorter messages get TF's handling as before.
+    """
+
+    def _do_call(self, fn, *args):
+        try:
+            return fn(*args)
+        except tf.errors.OpError as error:
+            if len(error.message) <= _MESSAGE_LIMIT:
+                return super()._do_call(_raise, error)
+            cut = f"{error.message[:_MESSAGE_LIMIT]}... ({len(error.message):,} characters)"
+            raise type(error)(error.node_def, error.op, cut) from None
 
 
 # What the learner publishes: its parameters (list of numpy arrays), their version (int, 1 at
@@ -257,7 +283,7 @@ class Transport:
         self.session = self._new_session()
 
     def _new_session(self):
-        return tf.compat.v1.Session(self._server.target, graph=self.graph, config=self._config)
+        return _Session(self._server.target, graph=self.graph, config=self._config)
 
     def reconnect(self):
         """A fresh session, e.g. after the learner restarted (the old one may hold dead state)."""

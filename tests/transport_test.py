@@ -146,6 +146,35 @@ def test_learner_retries_a_request_the_server_saw_twice(learner_and_actor):
         learner.session = session
 
 
+def test_an_error_quoting_a_whole_published_request_is_retried_and_raised_cut_short(
+    learner_and_actor,
+):
+    """A publish's request delivered twice is quoted in full in its AbortedError: megabytes,
+    which TF's own error handler would take days to rewrite."""
+    learner, actor = learner_and_actor
+    session = learner.session
+    learner.initialize()
+    quoted = 'The same RunGraph request was received twice. send { tensor_content: "'
+    quoted += "\\374\\321" * 1_000_000 + '" }'
+    parameters = [np.ones((2, 3), np.float32), np.ones(4, np.float32)]
+    try:
+        learner.session = _DeliveredTwice(session, failures=2, message=quoted)
+        version = learner.publish(parameters, 0)
+        assert version == actor.pull_parameters().version and learner.session.failures == 0
+
+        learner.session = _DeliveredTwice(
+            session, failures=transport._ABORTED_ATTEMPTS, message=quoted
+        )
+        with pytest.raises(tf.errors.AbortedError) as raised:
+            learner.publish(parameters, 0)
+        message = raised.value.message
+        assert message.startswith(quoted[: transport._MESSAGE_LIMIT])
+        assert message.endswith(f"... ({len(quoted):,} characters)")
+        assert len(message) < transport._MESSAGE_LIMIT + 100
+    finally:
+        learner.session = session
+
+
 def test_is_serving_tells_a_tf_server_from_a_silent_listener_and_a_closed_port():
     tf_port, silent_port, closed_port = free_ports(3)
     spec = tf.train.ClusterSpec({"learner": [f"127.0.0.1:{tf_port}"]})

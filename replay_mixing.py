@@ -51,9 +51,9 @@ def feature_steps(unroll_length, count=FEATURE_STEPS):
     return np.unique(np.linspace(0, unroll_length - 1, count).round().astype(np.int64))
 
 
-def current_logits(agent, unroll, steps):
+def logits_at_steps(agent, unroll, steps):
     """float32 [N, K, A]: `agent`'s policy logits now on observations `steps` (int [K]) of
-    `unroll` (batch-major Unroll, [N, T+1, ...]).
+    `unroll` (batch-major Unroll, [N, T+1, ...]); TensorFlow ops only, so traceable.
 
     A feed-forward agent sees just those K observations (with their last action and reward); a
     recurrent one steps its core over the whole unroll from the stored state, as training does.
@@ -61,7 +61,7 @@ def current_logits(agent, unroll, steps):
     if not agent.recurrent:
 
         def at_steps(x):
-            return x[:, steps]
+            return tf.gather(x, steps, axis=1)
 
         unroll = unroll._replace(
             env_outputs=tf.nest.map_structure(at_steps, unroll.env_outputs),
@@ -70,7 +70,29 @@ def current_logits(agent, unroll, steps):
         steps = np.arange(len(steps))
     inputs = unrolls.to_time_major(unroll)
     outputs, _ = agent.unroll(inputs.agent_outputs.action, inputs.env_outputs, inputs.agent_state)
-    return np.swapaxes(tf.gather(outputs.policy_logits, steps).numpy(), 0, 1)
+    return tf.transpose(tf.gather(outputs.policy_logits, steps), [1, 0, 2])
+
+
+def current_logits(agent, unroll_spec, steps):
+    """The function batch-major Unroll ([N, T+1, ...], any N; `unroll_spec`'s layout) ->
+    float32 [N, K, A] of logits_at_steps, traced here, in the calling thread.
+
+    The prefetch thread then runs a graph, never the agent's Python: a Sonnet module's name
+    scope is one object whose stack of exits every thread shares, so a call in the prefetch
+    thread beside a trace in the learner's thread could leave the learner's thread inside
+    the agent's scope (every summary tag after it prefixed with it, the curves unreadable).
+    """
+    signature = tf.nest.map_structure(
+        lambda spec: tf.TensorSpec([None, *spec.shape], spec.dtype), unroll_spec.structure
+    )
+    logits = tf.function(
+        lambda unroll: logits_at_steps(agent, unroll, steps), input_signature=[signature]
+    ).get_concrete_function()
+
+    def run(unroll):
+        return logits(unroll).numpy()
+
+    return run
 
 
 class ReplayMixer:
@@ -86,7 +108,6 @@ class ReplayMixer:
 
     def __init__(self, config, agent, unroll_spec, progress, rng):
         self._config = config
-        self._agent = agent
         self._spec = unroll_spec
         self._progress = progress
         self._rng = rng
@@ -101,6 +122,9 @@ class ReplayMixer:
                 config.replay_alpha,
                 config.replay_beta,
             )
+        # Traced now, in the learner's thread, not the prefetch thread's (current_logits).
+        if config.replay_size and config.replay_sampling in ("elite", "attentive"):
+            self._current_logits = current_logits(agent, unroll_spec, self._steps)
 
     def __call__(self, batch):
         """The Mixed of `batch`, the flat list of dequeued [B, ...] arrays."""
@@ -141,9 +165,7 @@ class ReplayMixer:
         """Positions [R] of the candidates (flat [N, ...]; sample_counts int [N]) to replay."""
         unroll = self._spec.pack(candidates)
         behaviour = unroll.agent_outputs.policy_logits[:, self._steps + 1]
-        distances = replay_selection.policy_kl(
-            behaviour, current_logits(self._agent, unroll, self._steps)
-        )
+        distances = replay_selection.policy_kl(behaviour, self._current_logits(unroll))
         return replay_selection.elite_choice(
             self._config.replay_elite_strategy, distances, sample_counts, self._num_replayed
         )
@@ -151,7 +173,7 @@ class ReplayMixer:
     def _attentive(self, batch, candidates):
         """Positions [R] of the candidates (flat [N, ...]) to replay, next to `batch` ([B, ...])."""
         both = [np.concatenate([a, b]) for a, b in zip(batch, candidates, strict=True)]
-        logits = current_logits(self._agent, self._spec.pack(both), self._steps)
+        logits = self._current_logits(self._spec.pack(both))
         features = np.exp(replay_selection.log_softmax(logits))  # [B + N, K, A]
         on_policy = len(batch[0])
         reference = features[:on_policy].reshape(-1, features.shape[-1]).mean(axis=0)

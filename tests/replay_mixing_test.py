@@ -5,6 +5,7 @@ network's logits on the very states training sees."""
 
 import dataclasses
 import signal
+import threading
 import time
 
 import numpy as np
@@ -96,13 +97,20 @@ def replayed_ids(spec, mixed):
 
 
 def test_the_features_are_the_logits_training_computes_on_those_observations():
-    agent, _ = agent_and_spec()
+    agent, spec = agent_and_spec()
     batch = numbered_unrolls(agent, 3, 0, seed=1)
     steps = replay_mixing.feature_steps(T)
     np.testing.assert_array_equal(steps, [0, 2, 5, 7])
-    everywhere = replay_mixing.current_logits(agent, batch, np.arange(T + 1))
+    everywhere = replay_mixing.current_logits(agent, spec, np.arange(T + 1))(batch)
     np.testing.assert_allclose(
-        replay_mixing.current_logits(agent, batch, steps), everywhere[:, steps], rtol=1e-5
+        replay_mixing.current_logits(agent, spec, steps)(batch), everywhere[:, steps], rtol=1e-5
+    )
+    inputs = unrolls.to_time_major(batch)
+    trained_on, _ = agent.unroll(
+        inputs.agent_outputs.action, inputs.env_outputs, inputs.agent_state
+    )
+    np.testing.assert_allclose(
+        everywhere, np.swapaxes(trained_on.policy_logits, 0, 1), rtol=1e-5, atol=1e-6
     )
 
 
@@ -112,7 +120,7 @@ def test_elite_sampling_replays_the_unrolls_nearest_to_the_current_policy():
     agent, spec = agent_and_spec()
     mix = mixer(agent, spec, replay_sampling="elite")
     stored = numbered_unrolls(agent, 24, 0, seed=1)
-    current = replay_mixing.current_logits(agent, stored, np.arange(T))
+    current = replay_mixing.current_logits(agent, spec, np.arange(T))(stored)
     far = current + np.array([6.0, -6.0, 0.0], np.float32)  # KL ~ 6 nats from the current
     near_ids = [3, 4, 9, 14, 20, 22]
     near = np.isin(np.arange(24), near_ids)[:, None, None]
@@ -148,6 +156,39 @@ def test_attentive_replay_picks_the_unrolls_whose_states_the_agent_visits_now():
     on_policy = numbered_unrolls(agent, 2, 100, seed=3, observation=here)
     replayed = replayed_ids(spec, prepared_in_the_prefetch_thread(mix, on_policy))
     assert len(replayed) == 6 and set(replayed) <= {*range(16, 22), 100, 101}
+
+
+def test_the_prefetch_thread_runs_no_agent_python_beside_the_learners_traces(monkeypatch):
+    """Elite's features are a graph traced as the mixer is made: mixing in another thread calls
+    none of the agent's Python, whose Sonnet name scopes every thread shares, while this thread
+    traces the agent anew; so this thread's name scope (the summaries' tags) stays the root."""
+    agent, spec = agent_and_spec()
+    mix = mixer(agent, spec, replay_sampling="elite")
+    mix.memory.add(tf.nest.flatten(numbered_unrolls(agent, 22, 0, seed=1)))
+    callers, unroll = [], agent.unroll
+
+    def recorded_unroll(*args):
+        callers.append(threading.current_thread().name)
+        return unroll(*args)
+
+    monkeypatch.setattr(agent, "unroll", recorded_unroll)
+    traced, mixes = threading.Event(), []
+
+    def mix_until_traced():
+        while not traced.is_set() and len(mixes) < 1000:
+            mixes.append(mix(tf.nest.flatten(numbered_unrolls(agent, 2, 22, seed=2))))
+
+    mixing = threading.Thread(target=mix_until_traced, name="mixing")
+    mixing.start()
+    inputs = unrolls.to_time_major(numbered_unrolls(agent, 2, 0, seed=3))
+    for _ in range(20):  # a new trace each: the learner's step choice and retraces
+        tf.function(lambda i=inputs: agent.unroll(i.agent_outputs.action, i.env_outputs, ()))()
+    traced.set()
+    mixing.join(timeout=120)
+    assert not mixing.is_alive() and mixes
+    assert set(callers) == {threading.current_thread().name}
+    with tf.name_scope("probe") as scope:
+        assert scope == "probe/"
 
 
 def test_uniform_and_prioritized_sampling_mix_as_before():

@@ -123,6 +123,7 @@ class ReplayMixer:
                 config.replay_beta,
             )
         # Traced now, in the learner's thread, not the prefetch thread's (current_logits).
+        self._current_logits = None  # Only elite and attentive sampling read the policy.
         if config.replay_size and config.replay_sampling in ("elite", "attentive"):
             self._current_logits = current_logits(agent, unroll_spec, self._steps)
 

@@ -183,6 +183,7 @@ def test_the_configurations_command_lines():
         "--replay_size=0",
     ]
     assert "--replay_size=0" not in systems.ours_argv("Pong", "defaults", "/tmp/runs", 1)
+    assert systems.ours_argv("Pong", "replay1", "/tmp/runs", 1)[-1] == "--replay_ratio=1"
     sf = systems.sf_argv("/venv/bin/python", "SpaceInvaders", "defaults", "/tmp/runs", 1000)
     assert sf[:3] == ["/venv/bin/python", str(systems.SF_TRAIN), "--env=atari_spaceinvaders"]
     # The defaults are SF's Atari recipe: nothing of THROUGHPUT overrides it.
@@ -276,6 +277,12 @@ def test_the_report_is_built_from_the_committed_files_alone(tmp_path):
     assert ratios["defaults"]["hours"] == pytest.approx(ours.hours / sf.hours)
     assert ratios["defaults"]["peak_pss_mb"] == 2.1
     assert ratios["throughput"]["frames_per_second"] is None
+    assert set(ratios) == {"defaults", "throughput"}  # the levers are ours alone
+    # The target compares ours with SF's faster configuration that reached it: its defaults here.
+    assert report.against_faster_sf(list(rows.values())) == (
+        "sf-defaults",
+        {"ours-defaults": pytest.approx(ours.hours / sf.hours)},
+    )
     table = report.table(list(rows.values())).splitlines()
     assert table[1].split() == [
         "ours-defaults",
@@ -287,6 +294,11 @@ def test_the_report_is_built_from_the_committed_files_alone(tmp_path):
         "run",
     ]
     assert "PPO's published curve" in table[2]
+    assert [line.split()[0] for line in table[1:7]] == list(systems.CONFIGURATIONS)
+    assert table[-2:] == [
+        "hours to the target, ours / sf-defaults (SF's faster)",
+        f"{'ours-defaults':<20}{ours.hours / sf.hours:>10.2f}",
+    ]
 
     report.draw(list(rows.values()), "Pong", 18.0, tmp_path / "Pong.png")
     assert (tmp_path / "Pong.png").stat().st_size > 10_000
@@ -303,6 +315,16 @@ def test_a_missing_flag_is_one_line_naming_it():
     )
     assert result.returncode != 0
     assert result.stderr.strip().splitlines()[-1] == "--part=frames needs --system and --config"
+    result = subprocess.run(
+        [sys.executable, "-m", "bench.peers", "--part=frames", "--system=sf", "--config=replay1"],
+        cwd=local_cluster.REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode != 0
+    last_line = result.stderr.strip().splitlines()[-1]
+    assert last_line == "--config=replay1: --system=sf has defaults, throughput"
 
 
 def test_the_speed_result_reads_back(tmp_path):

@@ -7,7 +7,8 @@ and our learner's update beside PyTorch's.
   .venv/bin/python -m bench.peers --part=report
   .venv/bin/python -m bench.peers --part=step
 
-Four configurations (systems.py): each system with its defaults and tuned for throughput.
+Configurations (systems.py): each system with its defaults and tuned for throughput; ours also
+with fewer uses of each frame (replay1, replay2), levers of its time to the target.
   - frames (frames.py): one configuration trained until the mean of its last 100 games reaches
     --target or to --max_frames (15M); its curve, bench.learning's CSV, to
     docs/peers/<system>-<config>-<Game>.csv, to be committed.
@@ -15,7 +16,8 @@ Four configurations (systems.py): each system with its defaults and tuned for th
     (5 min each, the first 60 s skipped, two rounds), with CPU-seconds per 1M frames and peak
     PSS, to docs/peers/speed-<Game>.json, to be committed.
   - report (report.py): from those files alone, frames to the target, frames/s and hours to
-    the target per configuration, ours / SF, and docs/peers/<Game>.png.
+    the target per configuration, ours / SF, ours' hours over SF's faster configuration's,
+    and docs/peers/<Game>.png.
   - step (step.py, torch_step.py): CPU ms per trained sample of one update of the default
     configuration (2 unrolls x 32 steps), ours plain and with XLA against PyTorch's forward,
     backward and Adam step of the same network, one thread each, in alternating windows of one

@@ -2,6 +2,7 @@
 (bench/peers/__init__.py).
 
   .venv/bin/python -m bench.peers --part=frames --system=ours|sf --config=defaults|throughput
+  .venv/bin/python -m bench.peers --part=frames --system=ours --config=replay1|replay2
   .venv/bin/python -m bench.peers --part=speed
   .venv/bin/python -m bench.peers --part=report
   .venv/bin/python -m bench.peers --part=step [--step_updates=200 --rounds=2]
@@ -23,18 +24,19 @@ from bench.peers import frames, report, speed, step, systems
 from tools import curves, local_cluster
 
 PARTS = ("frames", "speed", "report", "step")
-CONFIGURATIONS = [f"{s}-{c}" for c in systems.CONFIGS for s in systems.SYSTEMS]
 
 flags.DEFINE_enum("part", None, PARTS, "What to do (bench/peers/__init__.py).")
 flags.DEFINE_enum("system", None, systems.SYSTEMS, "--part=frames: the system to train.")
-flags.DEFINE_enum("config", None, systems.CONFIGS, "--part=frames: its configuration.")
+flags.DEFINE_enum("config", None, systems.CONFIG_NAMES, "--part=frames: its configuration.")
 flags.DEFINE_enum("game", "Pong", list(atari_suite.PPO), "The game (its NoFrameskip-v4 id).")
 flags.DEFINE_float("target", 18.0, "The mean return of the last 100 games to reach.")
 flags.DEFINE_integer(
     "max_frames", 15_000_000, "--part=frames: frames at most; speed: each run's budget.", 1
 )
 flags.DEFINE_integer("poll_secs", 60, "--part=frames: how often the run's games are read.", 1)
-flags.DEFINE_list("speed_configs", CONFIGURATIONS, "--part=speed: the configurations, in order.")
+flags.DEFINE_list(
+    "speed_configs", list(systems.CONFIGURATIONS), "--part=speed: the configurations, in order."
+)
 flags.DEFINE_integer(
     "rounds", 2, "--part=speed: windows of each configuration; step: of each form.", 1, 10
 )
@@ -54,8 +56,8 @@ FLAGS = flags.FLAGS
 
 flags.register_validator(
     "speed_configs",
-    lambda names: set(names) <= set(CONFIGURATIONS) and len(set(names)) == len(names),
-    f"each of {', '.join(CONFIGURATIONS)} at most once",
+    lambda names: set(names) <= set(systems.CONFIGURATIONS) and len(set(names)) == len(names),
+    f"each of {', '.join(systems.CONFIGURATIONS)} at most once",
 )
 flags.register_multi_flags_validator(
     ["skip_secs", "window_secs"],
@@ -79,6 +81,9 @@ def check_flags():
         raise app.UsageError(f"--part: give one of {', '.join(PARTS)}")
     if FLAGS.part == "frames" and (FLAGS.system is None or FLAGS.config is None):
         raise app.UsageError("--part=frames needs --system and --config")
+    if FLAGS.part == "frames" and FLAGS.config not in systems.CONFIGS[FLAGS.system]:
+        known = ", ".join(systems.CONFIGS[FLAGS.system])
+        raise app.UsageError(f"--config={FLAGS.config}: --system={FLAGS.system} has {known}")
     # The systems each part runs (step: PyTorch, in SF's virtualenv).
     training = {
         "frames": [FLAGS.system],
@@ -154,6 +159,7 @@ def build_report():
     png = os.path.join(peers_dir(), f"{FLAGS.game}.png")
     report.draw(table_rows, FLAGS.game, FLAGS.target, png)
     print(f"figure: {png}")
+    faster_sf, hours_over_faster_sf = report.against_faster_sf(table_rows)
     return {
         "rows": [
             {"configuration": r.name, "source": r.source}
@@ -161,6 +167,8 @@ def build_report():
             for r in table_rows
         ],
         "ours_over_sf": report.ratios(table_rows),
+        "faster_sf": faster_sf,
+        "hours_over_faster_sf": hours_over_faster_sf,
     }
 
 

@@ -6,9 +6,10 @@ frames/s, CPU-seconds per 1M frames and peak PSS of the speed run
 (docs/peers/speed-<Game>.json), and hours to the target = frames / frames/s. SF's defaults are
 PPO's Atari recipe (CleanRL's): without a run of its own, its frames are those of PPO's
 published curve (bench/atari_suite.py, the first of its points at or above the target) and the
-table says so. Then ours / SF for each
-configuration, and a PNG of the mean return of the last 100 games against estimated wall-clock
-hours (frames / the configuration's steady frames/s).
+table says so. Then ours / SF for each configuration both systems have, each of ours' hours
+to the target over those of SF's faster configuration (the target), and a PNG of the mean
+return of the last 100 games against estimated wall-clock hours (frames / the configuration's
+steady frames/s).
 """
 
 import dataclasses
@@ -88,21 +89,20 @@ def row(peers_dir, game, target, system, config, speeds):
 
 
 def rows(peers_dir, game, target):
-    """The Row of every configuration, ours then SF's for each."""
+    """The Row of every configuration (systems.CONFIGURATIONS' order)."""
     result = speed.read_result(speed.result_path(peers_dir, game))
     speeds = result["configurations"] if result else {}
     return [
-        row(peers_dir, game, target, system, config, speeds)
-        for config in systems.CONFIGS
-        for system in systems.SYSTEMS
+        row(peers_dir, game, target, *name.split("-"), speeds) for name in systems.CONFIGURATIONS
     ]
 
 
 def ratios(table_rows):
-    """{config: {column: ours / SF}} of the configurations where both have the figure."""
+    """{config: {column: ours / SF}} of each configuration both systems have (None where
+    either lacks the figure)."""
     by_name = {r.name: r for r in table_rows}
     result = {}
-    for config in systems.CONFIGS:
+    for config in systems.CONFIGS["sf"]:
         ours, sf = by_name[f"ours-{config}"], by_name[f"sf-{config}"]
         result[config] = {
             column: getattr(ours, column) / getattr(sf, column)
@@ -111,6 +111,17 @@ def ratios(table_rows):
             for column in COLUMNS
         }
     return result
+
+
+def against_faster_sf(table_rows):
+    """(SF's configuration with the fewest hours to the target, {ours' configuration: its hours
+    / that one's}); (None, {}) while no SF configuration has its hours."""
+    timed = [r for r in table_rows if r.system == "sf" and r.hours is not None]
+    if not timed:
+        return None, {}
+    faster = min(timed, key=lambda r: r.hours)
+    ours = [r for r in table_rows if r.system == "ours"]
+    return faster.name, {r.name: r.hours / faster.hours for r in ours if r.hours is not None}
 
 
 def table(table_rows):
@@ -122,6 +133,10 @@ def table(table_rows):
     lines.append("\nours / SF")
     for config, of in ratios(table_rows).items():
         lines.append(f"{config:<20}{_line([_ratio(of[column]) for column in COLUMNS])}")
+    faster, hours = against_faster_sf(table_rows)
+    if faster:
+        lines.append(f"\nhours to the target, ours / {faster} (SF's faster)")
+        lines += [f"{name:<20}{_ratio(ratio):>10}" for name, ratio in hours.items()]
     return "\n".join(lines)
 
 

@@ -2,8 +2,9 @@
 of a running one: its summaries (the games), its frame count over time, its processes.
 
   - ours: `python -m bench.learning --runs=<game's run>` (the project's own learning run, its
-    settings unchanged; the configuration `throughput` adds `--replay_size=0`: each frame
-    trained on once, as SF's one epoch);
+    settings unchanged; `throughput` adds `--replay_size=0`: each frame trained on once, as SF's
+    one epoch; `replay1` and `replay2`, levers of time to the target, use each frame 2 or 3
+    times instead of the defaults' 4);
   - sf: bench/peers/sf_train.py in the peers' virtualenv, SF's Atari recipe (`defaults`: CleanRL's
     PPO, sync, 8 workers x 1 env, rollout 128, 4 epochs of 4 minibatches of 256) or the same with
     THROUGHPUT's settings.
@@ -27,7 +28,6 @@ from bench import atari_suite, cluster
 from tools import local_cluster
 
 SYSTEMS = ("ours", "sf")
-CONFIGS = ("defaults", "throughput")
 PEERS_DIR = local_cluster.REPO / "bench" / "peers"
 SF_TRAIN = PEERS_DIR / "sf_train.py"
 SF_EXPERIMENT = "sf"
@@ -42,6 +42,21 @@ THROUGHPUT = (
     "--num_workers=2",
     "--num_envs_per_worker=16",
     "--batched_sampling=True",
+)
+# Each system's configurations: the flags each adds to the system's own command line.
+CONFIGS = {
+    "ours": {
+        "defaults": (),
+        "throughput": ("--replay_size=0",),
+        "replay1": ("--replay_ratio=1",),
+        "replay2": ("--replay_ratio=2",),
+    },
+    "sf": {"defaults": (), "throughput": THROUGHPUT},
+}
+CONFIG_NAMES = tuple(dict.fromkeys(name for system in SYSTEMS for name in CONFIGS[system]))
+# "<system>-<config>", each configuration name's systems together: the report's order.
+CONFIGURATIONS = tuple(
+    f"{system}-{name}" for name in CONFIG_NAMES for system in SYSTEMS if name in CONFIGS[system]
 )
 # SF's log line every 5 s: "[2026-11-27 15:20:01,123][01234] Fps is (...). Total num frames: N."
 _SF_FRAMES = re.compile(
@@ -63,7 +78,7 @@ def ours_argv(game, config, output_dir, max_frames):
     # Waiting for a quiet machine is bench.peers' business, before it starts a run; the Atari
     # suite's curve, which a game's run writes to the docs at its end, is not this run's result.
     argv += ["--load_wait_secs=0", f"--docs_dir={os.path.join(output_dir, 'docs')}"]
-    return argv + (["--replay_size=0"] if config == "throughput" else [])
+    return argv + list(CONFIGS["ours"][config])
 
 
 def sf_argv(sf_python, game, config, train_dir, max_frames):
@@ -74,7 +89,7 @@ def sf_argv(sf_python, game, config, train_dir, max_frames):
     argv += [f"--train_for_env_steps={max_frames}", "--with_wandb=False"]
     # The Atari defaults already, spelled out: frames are counted from them.
     argv += ["--env_frameskip=4", "--summaries_use_frameskip=True"]
-    return argv + (list(THROUGHPUT) if config == "throughput" else [])
+    return argv + list(CONFIGS["sf"][config])
 
 
 class Run:

@@ -304,26 +304,24 @@ def test_the_report_is_built_from_the_committed_files_alone(tmp_path):
     assert (tmp_path / "Pong.png").stat().st_size > 10_000
 
 
+def refusal(*flags):
+    """The last line bench.peers prints to stderr when it refuses `flags` (it must refuse)."""
+    result = subprocess.run(
+        [sys.executable, "-m", "bench.peers", *flags],
+        cwd=local_cluster.REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode != 0
+    return result.stderr.strip().splitlines()[-1]
+
+
 def test_a_missing_flag_is_one_line_naming_it():
     # (absl refuses a bad value, e.g. --speed_configs=ours-fast, by the flag's validator.)
-    result = subprocess.run(
-        [sys.executable, "-m", "bench.peers", "--part=frames", "--system=sf"],
-        cwd=local_cluster.REPO,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert result.returncode != 0
-    assert result.stderr.strip().splitlines()[-1] == "--part=frames needs --system and --config"
-    result = subprocess.run(
-        [sys.executable, "-m", "bench.peers", "--part=frames", "--system=sf", "--config=replay1"],
-        cwd=local_cluster.REPO,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert result.returncode != 0
-    last_line = result.stderr.strip().splitlines()[-1]
+    last_line = refusal("--part=frames", "--system=sf")
+    assert last_line == "--part=frames needs --system and --config"
+    last_line = refusal("--part=frames", "--system=sf", "--config=replay1")
     assert last_line == "--config=replay1: --system=sf has defaults, throughput"
 
 
@@ -434,13 +432,5 @@ def test_our_update_is_one_minibatch_of_the_nature_cnn_with_its_parameter_count(
 
 
 def test_the_step_part_needs_the_peers_virtualenv(tmp_path):
-    result = subprocess.run(
-        [sys.executable, "-m", "bench.peers", "--part=step", f"--sf_venv={tmp_path}"],
-        cwd=local_cluster.REPO,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert result.returncode != 0
-    last = result.stderr.strip().splitlines()[-1]
+    last = refusal("--part=step", f"--sf_venv={tmp_path}")
     assert last == f"--sf_venv: no {tmp_path}/bin/python; run bash bench/peers/setup_sf.sh"

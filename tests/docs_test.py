@@ -40,6 +40,7 @@ THIRD_PARTY_FLAGS = {
     "debootstrap": {"variant"},
     "Sample Factory 2.1.1 (bench/peers/sf_train.py)": {
         *("env_frameskip", "stats_avg", "summaries_use_frameskip", "train_for_seconds"),
+        "normalize_input",
     },
     "sbatch and srun": {
         *("ntasks", "cpus-per-task", "gpus-per-task", "partition", "time", "job-name"),

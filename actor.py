@@ -44,7 +44,8 @@ class Actor:
     def __init__(self, config, agent, link, env, name):
         self._config = config
         self._agent = agent
-        self._parameters = agent.trainable_variables  # Sonnet walks its modules at each access.
+        # All of them, the input statistics too. Sonnet walks its modules at each access.
+        self._parameters = agent.variables
         self._link = link
         self._transport = link.transport
         self._env = env

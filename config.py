@@ -101,6 +101,12 @@ class Config:
         "each host whose CPU computes it natively (AVX512_BF16 or AMX), else float32.",
         choices=["float32", "bfloat16", "auto"],
     )
+    normalize_input: bool = setting(
+        False,
+        "Normalise each element of the observations by its running mean and deviation, which "
+        "the learner updates from every fresh batch and ships to the actors with the "
+        "parameters (agents/input_normalization.py); otherwise frames are only scaled to [0, 1].",
+    )
     initialization: str = setting(
         "orthogonal",
         "Weight initialisation: 'sonnet' (truncated normal, stddev 1/sqrt(fan_in), as the IMPALA "

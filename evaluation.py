@@ -114,7 +114,7 @@ class Evaluator:
 
     def __init__(self, config, agent, link, player, frames_per_step, name):
         self._config = config
-        self._parameters = agent.trainable_variables
+        self._parameters = agent.variables  # the input statistics too
         self._link = link
         self._player = player
         self._frames_per_step = frames_per_step

@@ -10,7 +10,9 @@ Per step, in order:
      and their return sum. Every rank thus sees the same global frame count and the same
      decision to stop, so all ranks take the same number of steps and none is left waiting
      inside a gradient allreduce;
-  3. train_step.actor_critic_loss on the batch (its on-policy and replayed unrolls: PPO's
+  3. with --normalize_input, fold the fresh frames' moments (pooled over the ranks) into the
+     agent's input statistics (agents/input_normalization.py);
+  4. train_step.actor_critic_loss on the batch (its on-policy and replayed unrolls: PPO's
      clipped surrogate on V-trace targets by default), gradients summed over
      ranks (one grouped Horovod allreduce; with XLA the loss-and-gradients and the update are
      each compiled around it: --xla, by default whichever is cheaper here), optional
@@ -19,7 +21,7 @@ Per step, in order:
      one such step on each minibatch of the batch's unrolls, its share of --minibatch_unrolls.
      Every rank's batch holds the same number of unrolls (each adds B per step to its replay
      memory), so all ranks take the same number of steps, each with its own allreduce;
-  4. publish the new parameters to this worker set's actors.
+  5. publish the new parameters (and input statistics) to this worker set's actors.
 
 Policy lag: an actor acts with the parameters it pulled at the start of its unroll. Between
 that pull and the learner's update on the unroll lie at most: the unrolls ahead of it in the
@@ -62,6 +64,7 @@ import config as config_lib
 import progress
 import replay_mixing
 import train_step
+from agents import input_normalization
 from exit_codes import (
     EXIT_CHECKPOINTS_FAILING,
     EXIT_STARVED,
@@ -123,9 +126,9 @@ class Learner:
         self._actor_hosts = actor_hosts
         self._hvd = hvd
         self._agent = agent
-        # Sonnet walks the module tree on every trainable_variables access: read once, not at
-        # every publish.
-        self._parameters = agent.trainable_variables
+        # Published: all variables, the input statistics too. Sonnet walks the module tree on
+        # every access: read once, not at every publish.
+        self._parameters = agent.variables
         self._transport = transport
         self._frames_per_step = frames_per_step
         self._is_chief = hvd.rank() == 0
@@ -251,6 +254,7 @@ class Learner:
                     exit_code = self._report_starvation(unroll is None, timeout, timeout_flag)
                     break
                 self._update_learning_rate()
+                self._update_input_statistics(unroll)
                 outputs, priorities = train_step.train_in_minibatches(
                     self._train_step,
                     spec.pack(mixed.train_batch),
@@ -302,6 +306,23 @@ class Learner:
             self._transport.finish()
             time.sleep(_FINISH_GRACE_SECS)
         return exit_code
+
+    def _update_input_statistics(self, unroll):
+        """Folds the frames of this batch's fresh unrolls (batch-major [B, T+1, ...]; replayed
+        ones were counted when fresh), pooled over the ranks, into the agent's input statistics,
+        if it normalises its input. Step 0 of each unroll is the previous one's last."""
+        normalizer = self._agent.input_normalizer
+        if normalizer is None:
+            return
+        observations = unroll.env_outputs.observation[:, 1:]
+        frames = observations.reshape((-1, *observations.shape[2:]))
+        mean, mean_square = input_normalization.moments(frames)
+        if self._hvd.size() > 1:  # the same statistics on every rank: their pooled moments
+            mean, mean_square = (
+                self._hvd.allreduce(moment, op=self._hvd.Average, name=f"input_{name}")
+                for moment, name in ((mean, "mean"), (mean_square, "mean_square"))
+            )
+        normalizer.fold(mean, mean_square, len(frames) * self._hvd.size())
 
     def _next_batch(self, prefetcher, watchdog, heart, timeout, flag):
         """The next replay_mixing.Mixed batch; None after `timeout` s (--`flag`) without one,

@@ -151,7 +151,7 @@ class LearnerLink:
                 f"{self._name}: learner {self.learner_host} trains "
                 f"{transport.signature_summary(theirs)}, this process has "
                 f"{transport.signature_summary(ours)}: give every worker of the set the same "
-                "--agent_name, --level_name, --width and --height"
+                "--agent_name, --level_name, --width, --height and --normalize_input"
             )
 
     def parameters_after_loss(self, error):

@@ -60,7 +60,9 @@ def build_agent(config):
     observation_spec, num_actions = env.observation_spec, env.num_actions
     env.close()
     dtype, _ = host_tuning.torso_dtype(config.torso_dtype)
-    agent = agents.agent_factory(config.agent_name)(num_actions, config.initialization, dtype)
+    agent = agents.agent_factory(config.agent_name)(
+        num_actions, config.initialization, dtype, config.normalize_input
+    )
     shape, dtype = observation_spec
     dummy = environments.StepOutput(
         reward=tf.zeros([1], tf.float32),
@@ -89,7 +91,7 @@ def _cluster_transport(config, agent, observation_spec, num_actions, cluster, jo
         server,
         job_name,
         task,
-        [(v.shape, v.dtype) for v in agent.trainable_variables],
+        [(v.shape, v.dtype) for v in agent.variables],
         unroll_spec(config, agent, observation_spec, num_actions),
         config.queue_capacity,
         agent.describe(),

@@ -16,6 +16,8 @@ import sonnet as snt
 import tensorflow as tf
 import tree
 
+from agents.input_normalization import InputNormalizer, scaled_frames
+
 # action: int32 [B] sampled from the policy; policy_logits: float32 [B, A]; baseline: float32 [B].
 # From `Agent.unroll` the same with [T, B] leading dims.
 AgentOutput = collections.namedtuple("AgentOutput", "action policy_logits baseline")
@@ -70,12 +72,21 @@ class Agent(snt.Module):
       initialization: one of INITIALIZATIONS (see Initializers.named).
       torso_dtype: one of TORSO_DTYPES, the torso's arithmetic. Its variables, the core, the
         heads and everything after them stay float32.
+      normalize_input: whether frames are normalised per element by running statistics
+        (input_normalization.InputNormalizer, updated by the learner) before the torso.
     """
 
     # Names of the per-step observation dimensions the torso expects, e.g. ("H", "W", "C").
     OBSERVATION_DIMS = ()
 
-    def __init__(self, num_actions, initialization="sonnet", torso_dtype="float32", name=None):
+    def __init__(
+        self,
+        num_actions,
+        initialization="sonnet",
+        torso_dtype="float32",
+        normalize_input=False,
+        name=None,
+    ):
         super().__init__(name=name)
         # numbers.Integral also admits NumPy ints, e.g. gymnasium's Discrete(n).n.
         if not isinstance(num_actions, numbers.Integral) or num_actions < 1:
@@ -94,10 +105,16 @@ class Agent(snt.Module):
             self._num_actions, w_init=self._initializers.policy, name="policy_logits"
         )
         self._baseline = snt.Linear(1, w_init=self._initializers.baseline, name="baseline")
+        self._input_normalizer = InputNormalizer() if normalize_input else None
 
     @property
     def num_actions(self):
         return self._num_actions
+
+    @property
+    def input_normalizer(self):
+        """The InputNormalizer whose statistics the learner updates, or None."""
+        return self._input_normalizer
 
     @property
     def recurrent(self):
@@ -106,7 +123,8 @@ class Agent(snt.Module):
 
     def describe(self):
         """'MLPAgent, 2 actions': this agent, as errors about agents that do not fit name it."""
-        return f"{type(self).__name__}, {self._num_actions} actions"
+        normalized = ", input normalised" if self._input_normalizer is not None else ""
+        return f"{type(self).__name__}, {self._num_actions} actions{normalized}"
 
     def initial_state(self, batch_size):
         """The core state at the start of an episode: `()`, or e.g. snt.LSTMState of [B, 256]."""
@@ -164,10 +182,9 @@ class Agent(snt.Module):
           last_action: int32 [N]. reward: float32 [N]. observation: [N, *OBSERVATION_DIMS],
           uint8 frames (scaled to [0, 1] here) or floats (used as they are).
         """
-        if observation.dtype == tf.uint8:
-            frames = tf.cast(observation, tf.float32) / 255.0
-        else:
-            frames = tf.cast(observation, tf.float32)
+        frames = scaled_frames(observation)
+        if self._input_normalizer is not None:
+            frames = self._input_normalizer(frames)
         clipped_reward = tf.clip_by_value(tf.cast(reward, tf.float32), -1.0, 1.0)
         one_hot_last_action = tf.one_hot(last_action, self._num_actions)
         return tf.concat(

@@ -15,9 +15,14 @@ class MLPAgent(Agent):
     OBSERVATION_DIMS = ("D",)
 
     def __init__(
-        self, num_actions, initialization="sonnet", torso_dtype="float32", name="mlp_agent"
+        self,
+        num_actions,
+        initialization="sonnet",
+        torso_dtype="float32",
+        normalize_input=False,
+        name="mlp_agent",
     ):
-        super().__init__(num_actions, initialization, torso_dtype, name=name)
+        super().__init__(num_actions, initialization, torso_dtype, normalize_input, name=name)
         self._torso = snt.nets.MLP(
             [64, 64],
             w_init=self._initializers.torso,

@@ -50,9 +50,14 @@ class ResNetAgent(Agent):
     OBSERVATION_DIMS = ("H", "W", "C")
 
     def __init__(
-        self, num_actions, initialization="sonnet", torso_dtype="float32", name="resnet_agent"
+        self,
+        num_actions,
+        initialization="sonnet",
+        torso_dtype="float32",
+        normalize_input=False,
+        name="resnet_agent",
     ):
-        super().__init__(num_actions, initialization, torso_dtype, name=name)
+        super().__init__(num_actions, initialization, torso_dtype, normalize_input, name=name)
         self._torso = ResNetTorso(self._initializers.torso)
 
 
@@ -60,7 +65,12 @@ class ResNetLSTMAgent(ResNetAgent):
     """ResNetTorso -> LSTM 256 (reset where an episode starts) -> policy and baseline."""
 
     def __init__(
-        self, num_actions, initialization="sonnet", torso_dtype="float32", name="resnet_lstm_agent"
+        self,
+        num_actions,
+        initialization="sonnet",
+        torso_dtype="float32",
+        normalize_input=False,
+        name="resnet_lstm_agent",
     ):
-        super().__init__(num_actions, initialization, torso_dtype, name=name)
+        super().__init__(num_actions, initialization, torso_dtype, normalize_input, name=name)
         self._core = snt.LSTM(256, name="lstm")

@@ -19,9 +19,10 @@ class SimpleConvNetAgent(Agent):
         num_actions,
         initialization="sonnet",
         torso_dtype="float32",
+        normalize_input=False,
         name="simple_conv_net_agent",
     ):
-        super().__init__(num_actions, initialization, torso_dtype, name=name)
+        super().__init__(num_actions, initialization, torso_dtype, normalize_input, name=name)
         w_init = self._initializers.torso
         self._torso = snt.Sequential(
             [

@@ -24,7 +24,7 @@ def test_a_learner_of_other_parameters_is_refused_at_once_naming_both():
     assert str(refused.value) == (
         f"actor 0: learner {learner_host} trains an agent (2 parameters, 10 values), this "
         "process has an agent (3 parameters, 15 values): give every worker of the set the same "
-        "--agent_name, --level_name, --width and --height"
+        "--agent_name, --level_name, --width, --height and --normalize_input"
     )
 
 

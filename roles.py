@@ -61,7 +61,10 @@ def build_agent(config):
     env.close()
     dtype, _ = host_tuning.torso_dtype(config.torso_dtype)
     agent = agents.agent_factory(config.agent_name)(
-        num_actions, config.initialization, dtype, config.normalize_input
+        num_actions,
+        initialization=config.initialization,
+        torso_dtype=dtype,
+        normalize_input=config.normalize_input,
     )
     shape, dtype = observation_spec
     dummy = environments.StepOutput(

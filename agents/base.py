@@ -67,7 +67,7 @@ class Agent(snt.Module):
       `self._core`: an `snt.RNNCore` for recurrent agents (stays None for feed-forward ones).
     Variables are created on the first call (Sonnet style) and reused afterwards.
 
-    Args:
+    Args (subclasses take the same, but for their own default name, the options as keywords):
       num_actions: A.
       initialization: one of INITIALIZATIONS (see Initializers.named).
       torso_dtype: one of TORSO_DTYPES, the torso's arithmetic. Its variables, the core, the
@@ -82,6 +82,7 @@ class Agent(snt.Module):
     def __init__(
         self,
         num_actions,
+        *,
         initialization="sonnet",
         torso_dtype="float32",
         normalize_input=False,

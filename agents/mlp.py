@@ -14,15 +14,8 @@ class MLPAgent(Agent):
 
     OBSERVATION_DIMS = ("D",)
 
-    def __init__(
-        self,
-        num_actions,
-        initialization="sonnet",
-        torso_dtype="float32",
-        normalize_input=False,
-        name="mlp_agent",
-    ):
-        super().__init__(num_actions, initialization, torso_dtype, normalize_input, name=name)
+    def __init__(self, num_actions, name="mlp_agent", **options):
+        super().__init__(num_actions, name=name, **options)
         self._torso = snt.nets.MLP(
             [64, 64],
             w_init=self._initializers.torso,

@@ -49,28 +49,14 @@ class ResNetAgent(Agent):
 
     OBSERVATION_DIMS = ("H", "W", "C")
 
-    def __init__(
-        self,
-        num_actions,
-        initialization="sonnet",
-        torso_dtype="float32",
-        normalize_input=False,
-        name="resnet_agent",
-    ):
-        super().__init__(num_actions, initialization, torso_dtype, normalize_input, name=name)
+    def __init__(self, num_actions, name="resnet_agent", **options):
+        super().__init__(num_actions, name=name, **options)
         self._torso = ResNetTorso(self._initializers.torso)
 
 
 class ResNetLSTMAgent(ResNetAgent):
     """ResNetTorso -> LSTM 256 (reset where an episode starts) -> policy and baseline."""
 
-    def __init__(
-        self,
-        num_actions,
-        initialization="sonnet",
-        torso_dtype="float32",
-        normalize_input=False,
-        name="resnet_lstm_agent",
-    ):
-        super().__init__(num_actions, initialization, torso_dtype, normalize_input, name=name)
+    def __init__(self, num_actions, name="resnet_lstm_agent", **options):
+        super().__init__(num_actions, name=name, **options)
         self._core = snt.LSTM(256, name="lstm")

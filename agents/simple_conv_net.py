@@ -14,15 +14,8 @@ class SimpleConvNetAgent(Agent):
 
     OBSERVATION_DIMS = ("H", "W", "C")
 
-    def __init__(
-        self,
-        num_actions,
-        initialization="sonnet",
-        torso_dtype="float32",
-        normalize_input=False,
-        name="simple_conv_net_agent",
-    ):
-        super().__init__(num_actions, initialization, torso_dtype, normalize_input, name=name)
+    def __init__(self, num_actions, name="simple_conv_net_agent", **options):
+        super().__init__(num_actions, name=name, **options)
         w_init = self._initializers.torso
         self._torso = snt.Sequential(
             [

@@ -351,7 +351,9 @@ def test_a_bfloat16_torso_keeps_float32_variables_and_outputs_near_float32s(agen
     state = random_state(agents.agent_factory(agent_name)(NUM_ACTIONS), rng)
     unrolled = {}
     for dtype in agents.base.TORSO_DTYPES:
-        agent = agents.agent_factory(agent_name)(NUM_ACTIONS, "orthogonal", dtype)
+        agent = agents.agent_factory(agent_name)(
+            NUM_ACTIONS, initialization="orthogonal", torso_dtype=dtype
+        )
         agent.unroll(actions, env_outputs, state)  # creates the variables
         if dtype != "float32":
             for mine, float32s in zip(
@@ -381,4 +383,4 @@ def test_a_bfloat16_torso_keeps_float32_variables_and_outputs_near_float32s(agen
 
 def test_an_unknown_torso_dtype_is_named():
     with pytest.raises(ValueError, match="unknown torso dtype 'float16'; valid: float32, bfloat16"):
-        agents.SimpleConvNetAgent(NUM_ACTIONS, "orthogonal", "float16")
+        agents.SimpleConvNetAgent(NUM_ACTIONS, initialization="orthogonal", torso_dtype="float16")

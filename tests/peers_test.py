@@ -181,6 +181,7 @@ def test_the_configurations_command_lines():
         "--load_wait_secs=0",
         "--docs_dir=/tmp/runs/docs",
         "--replay_size=0",
+        "--normalize_input",
     ]
     assert "--replay_size=0" not in systems.ours_argv("Pong", "defaults", "/tmp/runs", 1)
     assert systems.ours_argv("Pong", "replay1", "/tmp/runs", 1)[-1] == "--replay_ratio=1"

@@ -318,9 +318,8 @@ class Learner:
         frames = observations.reshape((-1, *observations.shape[2:]))
         mean, mean_square = input_normalization.moments(frames)
         if self._hvd.size() > 1:  # the same statistics on every rank: their pooled moments
-            mean, mean_square = (
-                self._hvd.allreduce(moment, op=self._hvd.Average, name=f"input_{name}")
-                for moment, name in ((mean, "mean"), (mean_square, "mean_square"))
+            mean, mean_square = self._hvd.grouped_allreduce(
+                [mean, mean_square], op=self._hvd.Average
             )
         normalizer.fold(mean, mean_square, len(frames) * self._hvd.size())
 

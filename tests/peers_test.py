@@ -253,13 +253,14 @@ def committed(peers_dir):
         )
         for name, values in speeds.items()
     }
-    speed.write_result(speed.result_path(peers_dir, "Pong"), {"configurations": configurations})
+    path = speed.result_path(peers_dir, "Pong", "intel-xeon")
+    speed.write_result(path, {"configurations": configurations})
 
 
 def test_the_report_is_built_from_the_committed_files_alone(tmp_path):
     committed(tmp_path / "peers")
 
-    rows = {r.name: r for r in report.rows(tmp_path / "peers", "Pong", 18.0)}
+    rows = {r.name: r for r in report.rows(tmp_path / "peers", "Pong", 18.0, "intel-xeon")}
 
     ours = rows["ours-defaults"]
     assert (ours.source, ours.frames, ours.frames_per_second) == ("run", 2_360_000, 800.0)
@@ -295,13 +296,16 @@ def test_the_report_is_built_from_the_committed_files_alone(tmp_path):
         "run",
     ]
     assert "PPO's published curve" in table[2]
-    assert [line.split()[0] for line in table[1:7]] == list(systems.CONFIGURATIONS)
+    configurations = len(systems.CONFIGURATIONS)
+    assert [line.split()[0] for line in table[1 : 1 + configurations]] == list(
+        systems.CONFIGURATIONS
+    )
     assert table[-2:] == [
         "hours to the target, ours / sf-defaults (SF's faster)",
         f"{'ours-defaults':<20}{ours.hours / sf.hours:>10.2f}",
     ]
 
-    report.draw(list(rows.values()), "Pong", 18.0, tmp_path / "Pong.png")
+    report.draw(list(rows.values()), "Pong", 18.0, "intel-xeon", tmp_path / "Pong.png")
     assert (tmp_path / "Pong.png").stat().st_size > 10_000
 
 
@@ -327,10 +331,21 @@ def test_a_missing_flag_is_one_line_naming_it():
 
 
 def test_the_speed_result_reads_back(tmp_path):
-    path = speed.result_path(tmp_path, "Pong")
+    path = speed.result_path(tmp_path, "Pong", "amd-epyc")
     assert speed.read_result(path) is None
     speed.write_result(path, {"configurations": {}})
     assert speed.read_result(path) == {"configurations": {}}
+
+
+def test_each_kind_of_machine_files_its_own_speed_result(tmp_path):
+    assert speed.machine("Intel(R) Xeon(R) Processor") == "intel-xeon"
+    assert speed.machine("AMD EPYC 7763 64-Core Processor") == "amd-epyc-7763-64-core"
+    assert speed.machine("") == "unknown"
+    assert speed.machines(tmp_path, "Pong") == []
+    for kind in ("intel-xeon", "amd-epyc"):
+        speed.write_result(speed.result_path(tmp_path, "Pong", kind), {"configurations": {}})
+    speed.write_result(speed.result_path(tmp_path, "Breakout", "arm"), {"configurations": {}})
+    assert speed.machines(tmp_path, "Pong") == ["amd-epyc", "intel-xeon"]
 
 
 # --part=step: the torch side's protocol on a fake torch_step.py process (torch_step.serve with

@@ -146,18 +146,26 @@ def measure_speed():
         "windows": windows,
         "configurations": speed.summarize(windows),
     }
-    speed.write_result(speed.result_path(peers_dir(), FLAGS.game), result)
+    machine_kind = speed.machine(atari_curves.cpu_model())
+    speed.write_result(speed.result_path(peers_dir(), FLAGS.game, machine_kind), result)
     for name, figures in result["configurations"].items():
         print(f"{name:<20}{json.dumps(figures)}")
     return result
 
 
 def build_report():
-    """--part=report: the table and the PNG from docs/peers alone."""
-    table_rows = report.rows(peers_dir(), FLAGS.game, FLAGS.target)
-    print(report.table(table_rows))
-    png = os.path.join(peers_dir(), f"{FLAGS.game}.png")
-    report.draw(table_rows, FLAGS.game, FLAGS.target, png)
+    """--part=report: a table and a PNG per kind of machine with speeds, from docs/peers alone
+    (this machine's kind, its speeds not yet measured, when none has any)."""
+    kinds = speed.machines(peers_dir(), FLAGS.game) or [speed.machine(atari_curves.cpu_model())]
+    return {"machines": {kind: report_of_machine(kind) for kind in kinds}}
+
+
+def report_of_machine(machine_kind):
+    """The table, printed, and the PNG of the speeds measured on `machine_kind`."""
+    table_rows = report.rows(peers_dir(), FLAGS.game, FLAGS.target, machine_kind)
+    print(f"speeds measured on {machine_kind}\n{report.table(table_rows)}\n")
+    png = os.path.join(peers_dir(), f"{FLAGS.game}-{machine_kind}.png")
+    report.draw(table_rows, FLAGS.game, FLAGS.target, machine_kind, png)
     print(f"figure: {png}")
     faster_sf, hours_over_faster_sf = report.against_faster_sf(table_rows)
     return {

@@ -2,8 +2,10 @@
 
 Per configuration (bench/peers/systems.py): frames to the target (the first frames at which the
 mean of the last 100 games reached it, docs/peers/<system>-<config>-<Game>.csv), the steady
-frames/s, CPU-seconds per 1M frames and peak PSS of the speed run
-(docs/peers/speed-<Game>.json), and hours to the target = frames / frames/s. SF's defaults are
+frames/s, CPU-seconds per 1M frames and peak PSS of the speed run on one kind of machine
+(docs/peers/speed-<Game>-<machine>.json), and hours to the target = frames / frames/s: one
+table per kind of machine measured, as frames to the target hold on any machine and frames/s
+only on its own. SF's defaults are
 PPO's Atari recipe (CleanRL's): without a run of its own, its frames are those of PPO's
 published curve (bench/atari_suite.py, the first of its points at or above the target) and the
 table says so. Then ours / SF for each configuration both systems have, each of ours' hours
@@ -88,9 +90,10 @@ def row(peers_dir, game, target, system, config, speeds):
     )
 
 
-def rows(peers_dir, game, target):
-    """The Row of every configuration (systems.CONFIGURATIONS' order)."""
-    result = speed.read_result(speed.result_path(peers_dir, game))
+def rows(peers_dir, game, target, machine_kind):
+    """The Row of every configuration (systems.CONFIGURATIONS' order), at the speeds measured on
+    `machine_kind` (speed.machine)."""
+    result = speed.read_result(speed.result_path(peers_dir, game, machine_kind))
     speeds = result["configurations"] if result else {}
     return [
         row(peers_dir, game, target, *name.split("-"), speeds) for name in systems.CONFIGURATIONS
@@ -157,9 +160,10 @@ def _ratio(value):
     return "-" if value is None else f"{value:.2f}"
 
 
-def draw(table_rows, game, target, path):
+def draw(table_rows, game, target, machine_kind, path):
     """The PNG `path`: each configuration's mean of the last 100 games against estimated hours
-    (frames / its steady frames/s); PPO's published points at SF's defaults' frames/s."""
+    (frames / its steady frames/s on `machine_kind`); PPO's published points at SF's defaults'
+    frames/s."""
     figure, axes = curves.plt.subplots(figsize=curves.FIGURE_INCHES[::-1])
     for i, r in enumerate(table_rows):
         if not r.frames_per_second:
@@ -179,7 +183,7 @@ def draw(table_rows, game, target, path):
             )
     axes.axhline(target, color="gray", linestyle="--", label=f"target {target:g}")
     axes.set(
-        title=f"{atari_suite.level_name(game)}: ours beside Sample Factory 2.1.1",
+        title=f"{atari_suite.level_name(game)}: ours beside Sample Factory 2.1.1 ({machine_kind})",
         xlabel="estimated wall-clock hours (frames / steady frames/s)",
         ylabel=f"mean return of the last {curves.WINDOW} games",
     )

@@ -11,12 +11,15 @@ up, the first traces, SF's decorrelation) and measures it to the window's end, t
     shared pages split among the processes mapping them), sampled every `sample_secs`.
 Each configuration has `rounds` windows; the second round runs the configurations in reverse
 order (A B C D, D C B A), so that a drift of the machine's speed over the sitting weighs on each
-alike. A configuration's figures are the mean of its windows (peak PSS: the highest).
+alike. A configuration's figures are the mean of its windows (peak PSS: the highest). The
+result is filed under the machine's kind (machine()): each kind of machine has its own.
 """
 
 import contextlib
+import glob
 import json
 import os
+import re
 import time
 
 import numpy as np
@@ -105,9 +108,24 @@ def _figures(windows):
     }
 
 
-def result_path(peers_dir, game):
-    """The committed speed result of `game`: peers_dir/speed-<Game>.json."""
-    return os.path.join(peers_dir, f"speed-{game}.json")
+def machine(cpu_model):
+    """The machine kind a speed result is filed under, from its CPU's model name: "Intel(R)
+    Xeon(R) Processor" -> "intel-xeon". Frames/s is a property of the machine, so each kind
+    keeps its own result."""
+    words = re.sub(r"\((R|TM)\)|\bProcessor\b|\bCPU\b", " ", cpu_model, flags=re.IGNORECASE)
+    return re.sub(r"[^a-z0-9]+", "-", words.lower()).strip("-") or "unknown"
+
+
+def result_path(peers_dir, game, machine_kind):
+    """The committed speed result of `game` on `machine_kind`: speed-<Game>-<kind>.json."""
+    return os.path.join(peers_dir, f"speed-{game}-{machine_kind}.json")
+
+
+def machines(peers_dir, game):
+    """The machine kinds that have a committed speed result of `game`, sorted."""
+    paths = glob.glob(result_path(glob.escape(str(peers_dir)), game, "*"))
+    prefix, suffix = len(f"speed-{game}-"), len(".json")
+    return sorted(os.path.basename(path)[prefix:-suffix] for path in paths)
 
 
 def write_result(path, result):

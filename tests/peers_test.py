@@ -4,6 +4,7 @@ from committed files, the flags; --part=step's protocol with the torch process, 
 figures and table, and our update's network and batch. (The real SF runs: bench/README.md's
 smoke command.)"""
 
+import os
 import subprocess
 import sys
 import types
@@ -307,6 +308,36 @@ def test_the_report_is_built_from_the_committed_files_alone(tmp_path):
 
     report.draw(list(rows.values()), "Pong", 18.0, "intel-xeon", tmp_path / "Pong.png")
     assert (tmp_path / "Pong.png").stat().st_size > 10_000
+
+
+def test_a_configuration_with_several_runs_takes_their_mean_frames_and_lists_each(tmp_path):
+    assert frames.next_curve_path(tmp_path, "ours", "throughput", "Pong") == str(
+        tmp_path / "ours-throughput-Pong.csv"
+    )
+    runs = [
+        games_reaching(18.0),
+        games_reaching(18.0, frames_per_game=40_000),
+        games_reaching(10.0),
+    ]
+    for points in runs:
+        curves.write_csv(points, frames.next_curve_path(tmp_path, "ours", "throughput", "Pong"))
+    # Another configuration's curves are not its runs.
+    curves.write_csv(runs[0], frames.curve_path(tmp_path, "ours", "throughput_bf16", "Pong"))
+    assert [
+        os.path.basename(p) for p in frames.curve_paths(tmp_path, "ours", "throughput", "Pong")
+    ] == [
+        "ours-throughput-Pong.csv",
+        "ours-throughput-Pong-run2.csv",
+        "ours-throughput-Pong-run3.csv",
+    ]
+
+    speeds = {"ours-throughput": {"frames_per_second": 1000.0}}
+    r = report.row(tmp_path, "Pong", 18.0, "ours", "throughput", speeds)
+
+    assert r.frames == (118 * 20_000 + 118 * 40_000) / 2
+    assert r.source == "runs: 2,360,000, 4,720,000, not reached by 3,000,000"
+    assert len(r.runs) == 3
+    assert r.hours == pytest.approx(r.frames / 1000 / 3600)
 
 
 def refusal(*flags):

@@ -12,14 +12,16 @@ with the torso in bfloat16 (throughput_bf16) and with fewer uses of each frame (
 replay2), levers of its time to the target.
   - frames (frames.py): one configuration trained until the mean of its last 100 games reaches
     --target or to --max_frames (15M); its curve, bench.learning's CSV, to
-    docs/peers/<system>-<config>-<Game>.csv, to be committed.
+    docs/peers/<system>-<config>-<Game>.csv (a later run's: <Game>-run<N>.csv), to be
+    committed.
   - speed (speed.py): frames/s of every configuration in alternating windows of one sitting
     (5 min each, the first 60 s skipped, two rounds), with CPU-seconds per 1M frames and peak
     PSS, to docs/peers/speed-<Game>-<machine>.json (the CPU's kind: intel-xeon, amd-epyc), to
     be committed.
-  - report (report.py): from those files alone, per kind of machine: frames to the target,
-    frames/s and hours to the target per configuration, ours / SF, ours' hours over SF's
-    faster configuration's, and docs/peers/<Game>-<machine>.png.
+  - report (report.py): from those files alone, per kind of machine: frames to the target (the
+    mean of the configuration's runs), frames/s and hours to the target per configuration,
+    ours / SF, ours' hours over SF's faster configuration's, and
+    docs/peers/<Game>-<machine>.png.
   - step (step.py, torch_step.py): CPU ms per trained sample of one update of the default
     configuration (2 unrolls x 32 steps), ours plain and with XLA against PyTorch's forward,
     backward and Adam step of the same network, one thread each, in alternating windows of one

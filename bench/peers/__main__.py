@@ -107,7 +107,7 @@ def train_frames():
     )
     print(f"{name}: training in {run.run_dir}")
     level_name = atari_suite.level_name(FLAGS.game)
-    path = frames.curve_path(peers_dir(), FLAGS.system, FLAGS.config, FLAGS.game)
+    path = frames.next_curve_path(peers_dir(), FLAGS.system, FLAGS.config, FLAGS.game)
     try:
         frames.train_to_target(run, level_name, FLAGS.target, FLAGS.max_frames, FLAGS.poll_secs)
     finally:

@@ -1,5 +1,6 @@
 """`--part=frames`: one configuration trained until the mean of its last 100 games reaches the
-target, or to the frame budget; its curve goes to docs/peers/<system>-<config>-<Game>.csv.
+target, or to the frame budget; its curve goes to docs/peers/<system>-<config>-<Game>.csv, or,
+the configuration having runs already, to <system>-<config>-<Game>-run<N>.csv.
 
 The run is polled: its summaries are read every poll (tools/curves.py, the same for both systems:
 sf_train.py writes bench.learning's per-game tag) and it is stopped from outside once a full
@@ -16,9 +17,26 @@ import numpy as np
 from tools import curves
 
 
-def curve_path(peers_dir, system, config, game):
-    """Where the configuration's curve goes: peers_dir/<system>-<config>-<Game>.csv."""
-    return os.path.join(peers_dir, f"{system}-{config}-{game}.csv")
+def curve_path(peers_dir, system, config, game, run=1):
+    """Where the configuration's `run`th curve goes: peers_dir/<system>-<config>-<Game>.csv, the
+    later runs' <system>-<config>-<Game>-run<N>.csv."""
+    suffix = "" if run == 1 else f"-run{run}"
+    return os.path.join(peers_dir, f"{system}-{config}-{game}{suffix}.csv")
+
+
+def curve_paths(peers_dir, system, config, game):
+    """The configuration's committed curves, its first run's first."""
+    paths = []
+    while os.path.exists(path := curve_path(peers_dir, system, config, game, len(paths) + 1)):
+        paths.append(path)
+    return paths
+
+
+def next_curve_path(peers_dir, system, config, game):
+    """Where a new run of the configuration writes its curve: after those committed, as one run
+    of a configuration is one sample of its frames to the target."""
+    runs = len(curve_paths(peers_dir, system, config, game))
+    return curve_path(peers_dir, system, config, game, runs + 1)
 
 
 def games(run, level_name):

@@ -1,7 +1,8 @@
 """`--part=report`: time to the target beside SF, from the committed files alone.
 
 Per configuration (bench/peers/systems.py): frames to the target (the first frames at which the
-mean of the last 100 games reached it, docs/peers/<system>-<config>-<Game>.csv), the steady
+mean of the last 100 games reached it, docs/peers/<system>-<config>-<Game>.csv; the mean over
+its runs where it has several, <Game>-run<N>.csv, as one run is one sample), the steady
 frames/s, CPU-seconds per 1M frames and peak PSS of the speed run on one kind of machine
 (docs/peers/speed-<Game>-<machine>.json), and hours to the target = frames / frames/s: one
 table per kind of machine measured, as frames to the target hold on any machine and frames/s
@@ -15,7 +16,6 @@ steady frames/s).
 """
 
 import dataclasses
-import os
 
 import numpy as np
 
@@ -33,8 +33,10 @@ WIDTHS = (18, 10, 7, 17, 14)
 class Row:
     """One configuration's figures; None where the committed files have none.
 
-    source: where `frames` comes from: "run", PPO_SOURCE, "not reached by N" or "no run".
-    points: float64 [N, 3] of its curve's games (empty without a run).
+    source: where `frames` comes from: "run" (its one run), "runs: A, B" (the mean of its runs'
+      frames to the target, each run's listed, "not reached by N" for a run that stopped
+      first), PPO_SOURCE, "not reached by N" or "no run".
+    runs: float64 [N, 3] of each of its curves' games (none without a run).
     """
 
     system: str
@@ -44,7 +46,7 @@ class Row:
     frames_per_second: float | None
     cpu_secs_per_1m_frames: float | None
     peak_pss_mb: float | None
-    points: np.ndarray
+    runs: tuple[np.ndarray, ...]
 
     @property
     def name(self):
@@ -64,19 +66,36 @@ def ppo_frames(game, target):
     return reached[0] if reached else None
 
 
+def frames_to_target(runs, target):
+    """(mean frames at which `runs` (curves, [N, 3] each) reached `target`, or None; the source
+    that says so: Row.source)."""
+    reached = [curves.first_frames_at(points, target) for points in runs]
+    got = [at for at in reached if at is not None]
+    if not got:
+        return None, f"not reached by {max(int(p[-1, 0]) for p in runs):,}"
+    if len(runs) == 1:
+        return got[0], "run"
+    each = [
+        f"{at:,}" if at is not None else f"not reached by {int(points[-1, 0]):,}"
+        for at, points in zip(reached, runs, strict=True)
+    ]
+    return round(float(np.mean(got))), "runs: " + ", ".join(each)
+
+
 def row(peers_dir, game, target, system, config, speeds):
-    """The Row of a configuration from its curve in `peers_dir` and `speeds` (speed.summarize)."""
-    path = frames.curve_path(peers_dir, system, config, game)
-    points = curves.read_csv(path) if os.path.exists(path) else np.zeros([0, 3])
-    reached = curves.first_frames_at(points, target)
-    if reached is not None:
-        source = "run"
-    elif len(points):
-        source = f"not reached by {int(points[-1, 0]):,}"
+    """The Row of a configuration from its curves in `peers_dir` and `speeds`
+    (speed.summarize)."""
+    runs = tuple(
+        points
+        for points in map(curves.read_csv, frames.curve_paths(peers_dir, system, config, game))
+        if len(points)
+    )
+    if runs:
+        reached, source = frames_to_target(runs, target)
     elif (system, config) == ("sf", "defaults"):
         reached, source = ppo_frames(game, target), PPO_SOURCE
     else:
-        source = "no run"
+        reached, source = None, "no run"
     figures = speeds.get(f"{system}-{config}", {})
     return Row(
         system,
@@ -86,7 +105,7 @@ def row(peers_dir, game, target, system, config, speeds):
         figures.get("frames_per_second"),
         figures.get("cpu_secs_per_1m_frames"),
         figures.get("peak_pss_mb"),
-        points,
+        runs,
     )
 
 
@@ -169,9 +188,10 @@ def draw(table_rows, game, target, machine_kind, path):
         if not r.frames_per_second:
             continue
         to_hours = 1 / r.frames_per_second / 3600
-        if len(r.points):
-            axes.plot(r.points[:, 0] * to_hours, r.points[:, 2], color=f"C{i}", label=r.name)
-        elif r.source == PPO_SOURCE:
+        for run, points in enumerate(r.runs):
+            label = r.name if run == 0 else None
+            axes.plot(points[:, 0] * to_hours, points[:, 2], color=f"C{i}", label=label)
+        if r.source == PPO_SOURCE:
             at, values = np.array(sorted(atari_suite.PPO[game].items()), np.float64).T
             axes.plot(
                 at * to_hours,

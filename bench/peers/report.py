@@ -6,13 +6,12 @@ its runs where it has several, <Game>-run<N>.csv, as one run is one sample), the
 frames/s, CPU-seconds per 1M frames and peak PSS of the speed run on one kind of machine
 (docs/peers/speed-<Game>-<machine>.json), and hours to the target = frames / frames/s: one
 table per kind of machine measured, as frames to the target hold on any machine and frames/s
-only on its own. SF's defaults are
-PPO's Atari recipe (CleanRL's): without a run of its own, its frames are those of PPO's
-published curve (bench/atari_suite.py, the first of its points at or above the target) and the
-table says so. Then ours / SF for each configuration both systems have, each of ours' hours
-to the target over those of SF's faster configuration (the target), and a PNG of the mean
-return of the last 100 games against estimated wall-clock hours (frames / the configuration's
-steady frames/s).
+only on its own. SF's defaults are PPO's Atari recipe (CleanRL's): without a run of its own,
+its frames are those of PPO's published curve (bench/atari_suite.py, the first of its points
+at or above the target) and the table says so. Then ours / SF for each configuration both
+systems have, each of ours' hours to the target over those of SF's faster configuration (the
+target), and a PNG of the mean return of the last 100 games against estimated wall-clock hours
+(frames / the configuration's steady frames/s).
 """
 
 import dataclasses

@@ -71,6 +71,11 @@ def peers_dir():
     return os.path.join(FLAGS.docs_dir, "peers")
 
 
+def this_machine():
+    """This machine's kind, as speed results are filed (speed.machine)."""
+    return speed.machine(atari_curves.cpu_model())
+
+
 def sf_python():
     return os.path.join(FLAGS.sf_venv, "bin", "python")
 
@@ -146,8 +151,7 @@ def measure_speed():
         "windows": windows,
         "configurations": speed.summarize(windows),
     }
-    machine_kind = speed.machine(atari_curves.cpu_model())
-    speed.write_result(speed.result_path(peers_dir(), FLAGS.game, machine_kind), result)
+    speed.write_result(speed.result_path(peers_dir(), FLAGS.game, this_machine()), result)
     for name, figures in result["configurations"].items():
         print(f"{name:<20}{json.dumps(figures)}")
     return result
@@ -156,7 +160,7 @@ def measure_speed():
 def build_report():
     """--part=report: a table and a PNG per kind of machine with speeds, from docs/peers alone
     (this machine's kind, its speeds not yet measured, when none has any)."""
-    kinds = speed.machines(peers_dir(), FLAGS.game) or [speed.machine(atari_curves.cpu_model())]
+    kinds = speed.machines(peers_dir(), FLAGS.game) or [this_machine()]
     return {"machines": {kind: report_of_machine(kind) for kind in kinds}}
 
 

@@ -361,6 +361,29 @@ def test_a_missing_flag_is_one_line_naming_it():
     assert last_line == "--config=replay1: --system=sf has defaults, throughput"
 
 
+def test_a_speed_run_of_some_configurations_keeps_the_earlier_windows_of_the_others():
+    def window(name, fps, commit):
+        figures = {"frames_per_second": fps, "cpu_secs_per_1m_frames": 1e6 / fps}
+        return {"configuration": name, "provenance": commit, "peak_pss_mb": 1000, **figures}
+
+    earlier = speed.merged(
+        None, [window("sf-throughput", 3000.0, "a"), window("ours-defaults", 1000.0, "a")], "Pong"
+    )
+    latest = [window("ours-defaults", 2000.0, "b"), window("ours-defaults", 2200.0, "b")]
+
+    result = speed.merged(earlier, latest, "Pong")
+
+    assert [(w["configuration"], w["provenance"]) for w in result["windows"]] == [
+        ("sf-throughput", "a"),
+        ("ours-defaults", "b"),
+        ("ours-defaults", "b"),
+    ]
+    assert result["game"] == "Pong"
+    assert result["configurations"]["ours-defaults"]["frames_per_second"] == 2100.0
+    assert result["configurations"]["ours-defaults"]["windows"] == 2
+    assert result["configurations"]["sf-throughput"]["frames_per_second"] == 3000.0
+
+
 def test_the_speed_result_reads_back(tmp_path):
     path = speed.result_path(tmp_path, "Pong", "amd-epyc")
     assert speed.read_result(path) is None

@@ -129,8 +129,14 @@ def train_frames():
 
 
 def measure_speed():
-    """--part=speed: the windows of speed.schedule, each configuration started afresh."""
-    provenance = atari_curves.provenance(local_cluster.REPO)  # before the result changes the tree
+    """--part=speed: the windows of speed.schedule, each configuration started afresh, merged
+    into this machine's result (speed.merged)."""
+    # Each window says how it was measured: a later run of other configurations keeps it.
+    settings = {
+        "provenance": atari_curves.provenance(local_cluster.REPO),  # before the result changes the tree
+        "window_secs": FLAGS.window_secs,
+        "skip_secs": FLAGS.skip_secs,
+    }
     windows = []
     for round_, name in speed.schedule(FLAGS.speed_configs, FLAGS.rounds):
         system, config = name.split("-")
@@ -141,17 +147,12 @@ def measure_speed():
             figures = speed.measure(run, FLAGS.skip_secs, FLAGS.window_secs, FLAGS.sample_secs)
         finally:
             run.stop()
-        windows.append({"configuration": name, "round": round_, "load_average": load, **figures})
-        print(json.dumps(windows[-1]), flush=True)
-    result = {
-        "provenance": provenance,
-        "game": FLAGS.game,
-        "window_secs": FLAGS.window_secs,
-        "skip_secs": FLAGS.skip_secs,
-        "windows": windows,
-        "configurations": speed.summarize(windows),
-    }
-    speed.write_result(speed.result_path(peers_dir(), FLAGS.game, this_machine()), result)
+        window = {"configuration": name, "round": round_, "load_average": load, **figures}
+        windows.append(window | settings)
+        print(json.dumps(window), flush=True)
+    path = speed.result_path(peers_dir(), FLAGS.game, this_machine())
+    result = speed.merged(speed.read_result(path), windows, FLAGS.game)
+    speed.write_result(path, result)
     for name, figures in result["configurations"].items():
         print(f"{name:<20}{json.dumps(figures)}")
     return result

@@ -12,7 +12,9 @@ up, the first traces, SF's decorrelation) and measures it to the window's end, t
 Each configuration has `rounds` windows; the second round runs the configurations in reverse
 order (A B C D, D C B A), so that a drift of the machine's speed over the sitting weighs on each
 alike. A configuration's figures are the mean of its windows (peak PSS: the highest). The
-result is filed under the machine's kind (machine()): each kind of machine has its own.
+result is filed under the machine's kind (machine()): each kind of machine has its own. A run of
+some configurations keeps the earlier windows of the others (merged()), each window with the
+commit it ran.
 """
 
 import contextlib
@@ -126,6 +128,14 @@ def machines(peers_dir, game):
     paths = glob.glob(result_path(glob.escape(str(peers_dir)), game, "*"))
     prefix, suffix = len(f"speed-{game}-"), len(".json")
     return sorted(os.path.basename(path)[prefix:-suffix] for path in paths)
+
+
+def merged(earlier, windows, game):
+    """The result of `windows` and of those of `earlier` (a result, or None) whose configuration
+    none of `windows` measured: {"game", "windows", "configurations": summarize()}."""
+    measured = {window["configuration"] for window in windows}
+    kept = [w for w in (earlier or {}).get("windows", []) if w["configuration"] not in measured]
+    return {"game": game, "windows": kept + windows, "configurations": summarize(kept + windows)}
 
 
 def write_result(path, result):

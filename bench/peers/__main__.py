@@ -132,8 +132,9 @@ def measure_speed():
     """--part=speed: the windows of speed.schedule, each configuration started afresh, merged
     into this machine's result (speed.merged)."""
     # Each window says how it was measured: a later run of other configurations keeps it.
+    # Provenance is read before the result changes the tree.
     settings = {
-        "provenance": atari_curves.provenance(local_cluster.REPO),  # before the result changes the tree
+        "provenance": atari_curves.provenance(local_cluster.REPO),
         "window_secs": FLAGS.window_secs,
         "skip_secs": FLAGS.skip_secs,
     }

@@ -10,7 +10,8 @@ entropy against frames, drawn by tools/curves.py). Printed: a table and, last, o
 `--resume` continues an interrupted run from its checkpoint: the learner restores the frame count
 (the replay memory refills), and the curve reads the summaries of all parts. `--curves_only`
 trains nothing: it writes the CSV and PNG of each run's newest run directory as far as it got (a
-run still going, or one stopped before its budget).
+run still going, or one stopped before its budget). SIGTERM or SIGHUP stops the workers, writes the
+stopped run's curves as far as it got, as --curves_only would, and runs no further run.
 
 A game of the Atari suite (below) also writes, as its run ends, its curve to
 --docs_dir/atari/<Game>.csv (the repository's docs/; bench/atari_curves.py: complete if the run
@@ -217,6 +218,21 @@ def benchmark(name):
     }, run
 
 
+def benchmark_until_stopped(name):
+    """benchmark(name) and None; if SIGTERM or SIGHUP stops its training: the stopped run's
+    figures and curve as far as it got (as --curves_only writes them; None, None if no game had
+    ended) and the local_cluster.TerminatedError to exit with."""
+    try:
+        return *benchmark(name), None
+    except local_cluster.TerminatedError as stopped:
+        FLAGS.curves_only = True  # the stopped run's directory as it is
+        try:
+            return *benchmark(name), stopped
+        except curves.CurvesError as error:
+            print(f"{name}: stopped before a game ended ({error})")
+            return None, None, stopped
+
+
 def keep_in_docs(result, run, provenance):
     """Writes the Atari game's curve of `result` (of benchmark()) and its curves.RunCurves `run`
     to --docs_dir/atari/<Game>.csv, its comment line led by `provenance`; then rebuilds the suite's
@@ -265,18 +281,23 @@ def main(argv):
     keeps = not FLAGS.quick and any(name in ATARI_RUNS for name in names)
     # The code the runs train with, taken before a game's curve changes the tree.
     provenance = atari_curves.provenance(local_cluster.REPO) if keeps else None
-    results, suite_rows = [], None
+    results, suite_rows, stopped = [], None, None
     for name in names:
-        result, run = benchmark(name)
-        results.append(result)
-        if keeps and name in ATARI_RUNS:
-            suite_rows = keep_in_docs(result, run, provenance)
+        result, run, stopped = benchmark_until_stopped(name)
+        if result is not None:
+            results.append(result)
+            if keeps and name in ATARI_RUNS:
+                suite_rows = keep_in_docs(result, run, provenance)
+        if stopped is not None:
+            break
     print_results(results)
     if suite_rows:
         print("\nAtari suite: the mean return of the last 100 games at each budget\n")
         print(atari_suite.table(suite_rows))
         print(f"curves, table and figure: {FLAGS.docs_dir}/atari/, atari_results.csv, .png")
     print(json.dumps({"quick": FLAGS.quick, "results": results}))
+    if stopped is not None:
+        raise stopped
 
 
 if __name__ == "__main__":

@@ -5,6 +5,7 @@ A run directory (`<name>_<8 random characters>` in an output directory) holds th
 (`learners.log`, `actor-<i>-<j>.log`) and the learner's `logdir` (summaries, checkpoints).
 """
 
+import contextlib
 import glob
 import os
 import signal
@@ -56,7 +57,11 @@ def train(
         finished.add(exit_codes.EXIT_STOPPED_BY_SIGNAL)
     start = time.monotonic()
     with local_cluster.WorkerSets(num_learners, num_actors, flag_args, run_dir) as workers:
-        exit_code = _wait(workers, start + timeout_secs, watch, watch_secs)
+        try:
+            exit_code = _wait(workers, start + timeout_secs, watch, watch_secs)
+        except local_cluster.TerminatedError:
+            _stop_learners(workers)
+            raise
         if exit_code not in finished:
             raise RuntimeError(f"learner exited with {exit_code}; see {workers.learners_log}")
     return time.monotonic() - start, logdir
@@ -74,6 +79,18 @@ def stopping_at(frames, watch=None):
             workers.learners.signal(signal.SIGTERM)
 
     return stop_when_there
+
+
+# How long a run stopped from outside waits for its learners to save their state.
+STOP_GRACE_SECS = 60
+
+
+def _stop_learners(workers):
+    """Sends the learners SIGTERM and waits (at most STOP_GRACE_SECS) for them to save a checkpoint
+    and their summaries (the run's curve as far as it got, and --resume's starting point)."""
+    workers.learners.signal(signal.SIGTERM)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        workers.learners.popen.wait(timeout=STOP_GRACE_SECS)
 
 
 def _wait(workers, deadline, watch, watch_secs):

@@ -1,15 +1,19 @@
 """The benchmarks as users run and stop them: the throughput and scaling benchmarks end to end;
-SIGTERM or SIGHUP leaves no worker running."""
+SIGTERM or SIGHUP leaves no worker running and writes the stopped run's curve as far as it got."""
 
 import contextlib
 import dataclasses
+import glob
 import json
 import os
+import pathlib
+import re
 import signal
 import subprocess
 import sys
 import time
 
+import numpy as np
 import psutil
 import pytest
 
@@ -20,8 +24,17 @@ from tools import local_cluster, network_namespaces
 pytestmark = pytest.mark.slow
 
 
+def logged_a_return(output_dir):
+    """Whether the learner of the run in `output_dir` has logged a progress line with a return
+    (a game has ended)."""
+    logs = glob.glob(os.path.join(output_dir, "cartpole_*", "learners.log"))
+    return bool(logs) and re.search(r"\| return -?[0-9]", pathlib.Path(logs[0]).read_text())
+
+
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP], ids=["SIGTERM", "SIGHUP"])
-def test_a_stopped_benchmark_takes_its_workers_with_it(start, tmp_path, signum):
+def test_a_stopped_benchmark_takes_its_workers_with_it_and_writes_its_curve(
+    start, tmp_path, signum
+):
     bench = start(
         [
             sys.executable,
@@ -30,21 +43,29 @@ def test_a_stopped_benchmark_takes_its_workers_with_it(start, tmp_path, signum):
             "--runs=cartpole",
             f"--output_dir={tmp_path}",
             "--max_load=1000",  # measure at once, however loaded the machine
+            "--log_secs=1",
         ],
         "bench",
     )
     deadline = time.monotonic() + 300
-    while True:  # until its learner and two actors run
+    while True:  # until its learner and two actors run, and a game has ended
         workers = local_cluster.experiment_processes(bench.popen.pid)
-        if len(workers) == 3 or bench.popen.poll() is not None or time.monotonic() > deadline:
+        if len(workers) == 3 and logged_a_return(tmp_path):
+            break
+        if bench.popen.poll() is not None or time.monotonic() > deadline:
             break
         time.sleep(0.5)
-    assert len(workers) == 3, bench.log()[-3000:]
+    assert len(workers) == 3 and logged_a_return(tmp_path), bench.log()[-3000:]
 
     bench.popen.send_signal(signum)  # to the benchmark alone, not its process group
-    assert bench.wait(timeout=120) == 128 + signum, bench.log()[-3000:]
+    assert bench.wait(timeout=180) == 128 + signum, bench.log()[-3000:]
     _, alive = psutil.wait_procs(workers, timeout=60)
     assert alive == [], [p.cmdline() for p in alive]
+    # The learners saved their summaries on the way out: the curve as far as the run got.
+    curve = np.loadtxt(tmp_path / "cartpole.csv", delimiter=",", skiprows=1, ndmin=2)
+    assert len(curve) >= 1 and (tmp_path / "cartpole.png").exists(), bench.log()[-3000:]
+    result = json.loads([line for line in bench.log().splitlines() if line.startswith("{")][-1])
+    assert result["results"][0]["games"] == len(curve)
 
 
 def run_to_json(start, module, args, timeout=900):

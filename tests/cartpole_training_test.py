@@ -1,7 +1,7 @@
 """One real training run, judged by several tests: a learner, two actors and an evaluator of
-experiment.py as processes on loopback train CartPole with uniform experience replay to a frame
-budget (the run is shared because it is the suite's most expensive part; each test reads one
-concern of it). Learning without replay is judged by tests/horovod_test.py's two-learner run."""
+experiment.py as processes on loopback train CartPole on the vector family's defaults (the clipped
+surrogate with uniform experience replay) to a frame budget (the run is shared because it is the
+suite's most expensive part; each test reads one concern of it)."""
 
 import os
 import subprocess
@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from evaluation import EVAL_SUBDIR, VIDEO_SUBDIR, records_video
-from tests.training_settings import CARTPOLE_ADAM
+from tests.training_settings import CARTPOLE_LEARNING
 from tools import local_cluster, summary_reader
 from tools.local_cluster import cluster_flags
 
@@ -32,11 +32,9 @@ def run(tmp_path_factory):
     flags = [
         *cluster_flags(2, evaluator=True),
         f"--logdir={logdir}",
-        *CARTPOLE_ADAM,
+        *CARTPOLE_LEARNING,
         f"--total_environment_frames={BUDGET}",
-        # Every batch holds 16 on-policy and 16 replayed unrolls.
         f"--replay_size={REPLAY_SIZE}",
-        "--replay_ratio=1",
         f"--eval_interval_frames={EVAL_INTERVAL}",
         "--eval_games=10",
         "--eval_video_every=2",

@@ -8,7 +8,7 @@ import pytest
 from absl import flags
 
 import config
-from tests.training_settings import CARTPOLE, CARTPOLE_ADAM
+from tests.training_settings import CARTPOLE, CARTPOLE_TWO_LEARNERS
 
 NUMERIC_FIELDS = [field for field in config.FIELDS if config.is_number(field)]
 BOUNDS = ("lower_bound", "upper_bound", "greater_than", "less_than")
@@ -52,7 +52,7 @@ def test_the_defaults_and_the_recipes_are_within_the_bounds():
     paper = parse(config.flag_args(config.IMPALA_PAPER))
     assert paper == dataclasses.replace(config.Config(), **config.IMPALA_PAPER)
     parse(CARTPOLE)
-    parse(CARTPOLE_ADAM)
+    parse(CARTPOLE_TWO_LEARNERS)
 
 
 @pytest.mark.parametrize(

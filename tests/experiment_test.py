@@ -12,7 +12,7 @@ import tensorflow as tf
 import config
 import pixel_games
 from exit_codes import EXIT_BAD_INPUT, EXIT_LEARNER_LOST, EXIT_STOPPED_BY_SIGNAL
-from tests.training_settings import CARTPOLE, CARTPOLE_ADAM
+from tests.training_settings import CARTPOLE
 from tools import local_cluster, summary_reader
 from tools.local_cluster import cluster_flags, free_ports
 
@@ -364,7 +364,12 @@ def test_diverging_learners_stop_naming_the_step_and_never_checkpoint_it(tmp_pat
     gradients overflow: every learner (Horovod rank) exits naming that step, and the checkpoints
     all come from before it: finite, from fewer optimizer steps (one per batch here)."""
     logdir = tmp_path / "logdir"
-    flags = [*CARTPOLE_ADAM, f"--logdir={logdir}", "--learning_rate=1000", "--checkpoint_secs=1"]
+    flags = [
+        *CARTPOLE,
+        f"--logdir={logdir}",
+        *("--optimizer=adam", "--epsilon=1e-5", "--learning_rate=1000"),
+        "--checkpoint_secs=1",
+    ]
     with local_cluster.WorkerSets(num_learners, num_learners, flags, tmp_path) as workers:
         assert workers.learners.wait(timeout=300) == 2, workers.learner_log()[-3000:]
         log = workers.learner_log()

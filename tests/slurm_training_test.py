@@ -12,7 +12,7 @@ import pytest
 
 from tests import slurm_cluster
 from tests.frontend_runs import FRONTEND, log_text, run_id_of, wait_until
-from tests.training_settings import CARTPOLE_ADAM, CARTPOLE_TWO_LEARNERS
+from tests.training_settings import CARTPOLE, CARTPOLE_TWO_LEARNERS
 from tools import summary_reader
 from tools.local_cluster import run_processes
 
@@ -77,7 +77,7 @@ def test_stop_cancels_a_job_and_leaves_nothing(cluster, start, tmp_path):
     logdir = tmp_path / "logdir"
     args = ["--restart_backoff_secs=1"]  # --slurm_learners=1, --slurm_actors_per_learner=2
     submit = start(
-        frontend_argv(logdir, *args, *CARTPOLE_ADAM, "--total_environment_frames=100000000"),
+        frontend_argv(logdir, *args, *CARTPOLE, "--total_environment_frames=100000000"),
         "submit",
         env=cluster.env,
     )

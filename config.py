@@ -62,7 +62,7 @@ class Config:
     surrogate; each optimizer step is on 2 unrolls of 32 steps (64 steps, summed over all
     learners: one learner trains its batch of 2 on-policy + 6 replayed unrolls in 4 minibatches
     of 2 unrolls, two learners theirs in 8 of one unroll each); lambda 0.95, normalised
-    advantages, Adam at 2.5e-4.
+    advantages, Adam at 2.5e-4; inputs normalised by their running statistics.
     """
 
     # Where things go.
@@ -102,10 +102,11 @@ class Config:
         choices=["float32", "bfloat16", "auto"],
     )
     normalize_input: bool = setting(
-        False,
+        True,
         "Normalise each element of the observations by its running mean and deviation, which "
         "the learner updates from every fresh batch and ships to the actors with the "
-        "parameters (agents/input_normalization.py); otherwise frames are only scaled to [0, 1].",
+        "parameters (agents/input_normalization.py); --nonormalize_input: frames are only "
+        "scaled to [0, 1].",
     )
     initialization: str = setting(
         "orthogonal",
@@ -346,8 +347,8 @@ class Config:
 
 # The IMPALA paper's Atari settings (Espeholt et al. 2018, and DeepMind's scalable_agent): one
 # use of each frame in batches of 32 unrolls of 20 steps, RMSProp (epsilon 0.01 inside the root)
-# at 6e-4, Sonnet's initialisation, clipping at 40. `dataclasses.replace(Config(),
-# **IMPALA_PAPER)`, or these as flags.
+# at 6e-4, Sonnet's initialisation, clipping at 40, frames only scaled.
+# `dataclasses.replace(Config(), **IMPALA_PAPER)`, or these as flags.
 IMPALA_PAPER = {
     "batch_size": 32,
     "minibatch_unrolls": 0,
@@ -357,6 +358,7 @@ IMPALA_PAPER = {
     "policy_clip": 0.0,
     "vtrace_lambda": 1.0,
     "normalize_advantages": False,
+    "normalize_input": False,
     "optimizer": "rmsprop",
     "learning_rate": 6e-4,
     "epsilon": 0.01,

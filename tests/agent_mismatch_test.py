@@ -37,6 +37,6 @@ def test_an_actor_of_another_agent_name_exits_naming_both(spawn):
     learner.kill()
     line = next(line for line in actor.log().splitlines() if "error:" in line)
     assert line.startswith("experiment.py (actor 0): error: actor 0 (127.0.0.1:"), line
-    assert "trains SimpleConvNetAgent, 3 actions (" in line, line
-    assert "this process has ResNetAgent, 3 actions (" in line, line
+    assert "trains SimpleConvNetAgent, 3 actions, input normalised (" in line, line
+    assert "this process has ResNetAgent, 3 actions, input normalised (" in line, line
     assert "no TF server answering" not in actor.log()

@@ -70,6 +70,8 @@ PONG = [
     "--num_envs_per_actor=2",
     "--queue_capacity=4",
     "--minibatch_unrolls=0",  # the first step is on the parameters the actors acted with (below)
+    # ... and on their input statistics: with normalisation the learner folds the batch in first.
+    "--nonormalize_input",
     "--log_secs=0",
     "--checkpoint_secs=1",
     "--learner_wait_secs=120",

@@ -19,7 +19,8 @@ Restoring (the learner's resume, `--mode=test`) tries the checkpoints newest fir
     then writes the state file anew from them (its CheckpointManager needs one it can read,
     and deletes the old checkpoints only if it lists them).
   - A checkpoint whose variables do not match the objects restored into (another agent, another
-    number of actions, another optimizer: shapes differ or variables are missing) is not
+    number of actions, another optimizer, another --normalize_input: shapes differ, variables
+    are missing, or the checkpoint's agent has variables the restored one lacks) is not
     damage: it is a CheckpointError at once, naming the checkpoint, the agent and one differing
     variable. It is not skipped for an older checkpoint: the directory is most likely another
     run's (--logdir pointed at it), whose older checkpoints are not this agent's either.
@@ -291,7 +292,8 @@ def _restore_newest(checkpoint, checkpoints, directory, tracked, partial, advice
         if difference is not None:
             raise CheckpointError(
                 f"checkpoint {path} does not match {_describe(tracked)}: {difference}; was it "
-                "written with another --agent_name or --level_name (a --logdir of another run)?"
+                "written with another --agent_name, --level_name or --normalize_input (a "
+                "--logdir of another run)?"
             )
         if i:
             logging.warning("restored checkpoint %s, skipping %d newer unusable one(s)", path, i)
@@ -321,10 +323,16 @@ def _variable_shapes(tracked):
 
 def _difference(saved, expected):
     """How a checkpoint's variables `saved` differ from `expected` (both {key: shape}): one
-    example and the count, or None if it holds all of the expected ones with their shapes."""
+    example and the count, or None if it holds all of the expected ones with their shapes (and
+    no agent variable besides)."""
     reshaped = [key for key in sorted(expected) if key in saved and saved[key] != expected[key]]
     missing = [key for key in sorted(expected) if key not in saved]
-    if not reshaped and not missing:
+    # An agent variable the restored agent lacks (e.g. the input statistics of an agent trained
+    # with --normalize_input) would be dropped without a word.
+    extra = []
+    if any(key.startswith("agent/") for key in expected):
+        extra = [key for key in sorted(saved) if key.startswith("agent/") and key not in expected]
+    if not reshaped and not missing and not extra:
         return None
     if reshaped:
         key = reshaped[0]
@@ -332,11 +340,14 @@ def _difference(saved, expected):
         example = (
             f"{_readable(key)} has shape {saved[key]} in the checkpoint, {expected[key]} in {owner}"
         )
-    else:
+    elif missing:
         key = missing[0]
         example = f"{_readable(key)} (shape {expected[key]}) is not in the checkpoint"
-    others = len(reshaped) + len(missing) - 1
-    return example + (f" ({others} more variable(s) differ or are missing)" if others else "")
+    else:
+        key = extra[0]
+        example = f"{_readable(key)} (shape {saved[key]}) is in the checkpoint, not in the agent"
+    others = len(reshaped) + len(missing) + len(extra) - 1
+    return example + (f" ({others} more variable(s) differ)" if others else "")
 
 
 def _describe(tracked):

@@ -227,6 +227,25 @@ def test_another_agents_checkpoint_is_refused_at_once_naming_both(tmp_path, logs
     assert "unusable" not in logs()  # not taken for damage, no fallback tried
 
 
+@pytest.mark.parametrize("normalized_before", [True, False], ids=["normalized", "scaled"])
+def test_a_checkpoint_of_the_other_input_normalisation_is_refused_naming_the_flag(
+    tmp_path, normalized_before
+):
+    """Either way: the input statistics missing from the checkpoint, or in it but not in the
+    agent (which would drop them without a word)."""
+
+    def agent(normalized):
+        return build_agent(dataclasses.replace(CARTPOLE, normalize_input=normalized))[0]
+
+    write_learner_checkpoints(tmp_path, 1, agent=agent(normalized_before))
+    with pytest.raises(checkpointing.CheckpointError) as error:
+        checkpointing.restore_for_evaluation(str(tmp_path), agent=agent(not normalized_before))
+    where = "is in the checkpoint, not in" if normalized_before else "is not in the checkpoint"
+    assert "agent/_input_normalizer/_count (shape []) " + where in str(error.value)
+    assert "(2 more variable(s) differ)" in str(error.value)
+    assert "--normalize_input" in str(error.value)
+
+
 def test_a_missing_variable_is_named(tmp_path):
     """A checkpoint that lacks one of the agent's variables (here: an agent saved alone, as a
     checkpoint of another program might be) names it."""

@@ -20,8 +20,9 @@ NUM_ENVS = 2
 
 class NewParametersAtEachPull:
     """The actor's transport, with the learner publishing the next version right before each
-    pull: weights 0 and biases equal to the version, so that every baseline the agent computes
-    is the version of the parameters it acted with, whatever the observation."""
+    pull: weights 0 and biases (and the input statistics' rank-1 means and variances) equal to
+    the version, so that every baseline the agent computes is the version of the parameters it
+    acted with, whatever the observation."""
 
     def __init__(self, learner_side, actor_side, shapes):
         self._learner_side, self._actor_side, self._shapes = learner_side, actor_side, shapes
@@ -54,7 +55,8 @@ def test_an_actor_loads_new_parameters_every_refresh_steps_inside_an_unroll(
     )
     agent, observation_spec, num_actions, _ = roles.build_agent(config)
     unroll_spec = roles.unroll_spec(config, agent, observation_spec, num_actions)
-    parameter_specs = [(v.shape, v.dtype) for v in agent.trainable_variables]
+    # What the learner publishes (roles.py): the input statistics too.
+    parameter_specs = [(v.shape, v.dtype) for v in agent.variables]
     learner_host, learner_side, actor_side = start_worker_set(parameter_specs, unroll_spec)
     learner_side.initialize()
     shapes = [shape for shape, _ in parameter_specs]

@@ -148,14 +148,12 @@ def run_config(name):
     return config_lib.configure({**settings, **given}), settings
 
 
-def run_logdir(name, config, num_learners):
-    """Trains the run to its budget in a new run directory (with --resume: in its newest one), or
-    with --curves_only takes its newest run directory as it is; returns its logdir, the run
-    directory, the load average before training and the wall time (None with --curves_only)."""
-    run_dir = (
-        runs.newest_run_dir(FLAGS.output_dir, name) if FLAGS.resume or FLAGS.curves_only else None
-    )
-    if FLAGS.curves_only:
+def run_logdir(name, config, num_learners, as_it_is):
+    """Trains the run to its budget in a new run directory (with --resume: in its newest one), or,
+    `as_it_is`, takes its newest run directory as it is; returns its logdir, the run directory,
+    the load average before training and the wall time (None when `as_it_is`)."""
+    run_dir = runs.newest_run_dir(FLAGS.output_dir, name) if FLAGS.resume or as_it_is else None
+    if as_it_is:
         if run_dir is None:
             raise app.UsageError(f"--curves_only: no {name} run directory in {FLAGS.output_dir}")
         return os.path.join(run_dir, "logdir"), run_dir, None, None
@@ -176,12 +174,12 @@ def figure_marks(name):
     return RUNS[name]["target"], None
 
 
-def benchmark(name):
-    """Trains the run to its budget (or, with --curves_only, takes its newest run directory as it
-    is), writes its CSV and PNG; returns its figures and its curves.RunCurves."""
+def benchmark(name, as_it_is):
+    """Trains the run to its budget (or, `as_it_is`, takes its newest run directory as it is),
+    writes its CSV and PNG; returns its figures and its curves.RunCurves."""
     config, settings = run_config(name)
     num_learners = RUNS[name].get("learners", 1)
-    logdir, run_dir, load_average, wall_secs = run_logdir(name, config, num_learners)
+    logdir, run_dir, load_average, wall_secs = run_logdir(name, config, num_learners, as_it_is)
     level_name = config.level_name
     run = curves.read_run(logdir, name, level_name)
     points = run.returns
@@ -219,15 +217,14 @@ def benchmark(name):
 
 
 def benchmark_until_stopped(name):
-    """benchmark(name) and None; if SIGTERM or SIGHUP stops its training: the stopped run's
-    figures and curve as far as it got (as --curves_only writes them; None, None if no game had
-    ended) and the local_cluster.TerminatedError to exit with."""
+    """benchmark(name, --curves_only) and None; if SIGTERM or SIGHUP stops its training: the
+    stopped run's figures and curve as far as it got (as --curves_only writes them; None, None if
+    no game had ended) and the local_cluster.TerminatedError to exit with."""
     try:
-        return *benchmark(name), None
+        return *benchmark(name, FLAGS.curves_only), None
     except local_cluster.TerminatedError as stopped:
-        FLAGS.curves_only = True  # the stopped run's directory as it is
         try:
-            return *benchmark(name), stopped
+            return *benchmark(name, as_it_is=True), stopped
         except curves.CurvesError as error:
             print(f"{name}: stopped before a game ended ({error})")
             return None, None, stopped

@@ -226,27 +226,32 @@ def value_statistics(values, targets, advantages):
     }
 
 
-def policy_statistics(logits, log_rhos, kept):
+def policy_statistics(logits, log_rhos, kept, clip):
     """How the learner's policy and its data stand, for the progress line and TensorBoard.
 
     Args:
       logits: float32 [T, B, A], the learner's policy pi.
       log_rhos: float32 [T, B], log pi/mu of the taken actions (log_importance_ratios).
       kept: bool [T, B], the steps inside the trust region (trust_region).
+      clip: PPO's epsilon (--policy_clip); 0: IMPALA's policy gradient, which clips nothing.
 
     Returns:
       dict of float32 scalars: `entropy_fraction`, the mean entropy per step over its maximum
       ln A; `mean_abs_log_rho`, the mean |log pi/mu|; `clipped_rho_fraction`, the fraction of
-      importance weights above V-trace's rho_bar = 1; `trust_region_fraction`, the fraction of
-      steps left out by the trust region.
+      importance weights above V-trace's rho_bar = 1; `surrogate_clipped_fraction`, the fraction
+      of ratios pi/mu outside [1 - clip, 1 + clip] (PPO's clipfrac: where the surrogate may
+      give no gradient); `trust_region_fraction`, the fraction of steps left out by the trust
+      region.
     """
     num_steps = tf.cast(tf.size(log_rhos), tf.float32)
     num_actions = tf.cast(tf.shape(logits)[-1], tf.float32)
     entropy = -entropy_loss(logits)  # unweighted
+    outside_clip = tf.abs(tf.exp(log_rhos) - 1.0) > clip if clip > 0 else tf.zeros_like(kept)
     return {
         "entropy_fraction": entropy / (num_steps * tf.math.log(num_actions)),
         "mean_abs_log_rho": tf.reduce_mean(tf.abs(log_rhos)),
         "clipped_rho_fraction": tf.reduce_mean(tf.cast(log_rhos > 0, tf.float32)),
+        "surrogate_clipped_fraction": tf.reduce_mean(tf.cast(outside_clip, tf.float32)),
         "trust_region_fraction": 1 - tf.reduce_mean(tf.cast(kept, tf.float32)),
     }
 

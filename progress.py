@@ -23,8 +23,9 @@ restored, restarts) from (tools/summary_reader.py drops what an earlier run wrot
 interval, besides the line's figures (`frames_per_second`, `all_learners/mean_episode_return`,
 `policy/entropy_fraction`, `policy_lag`, `loss/total`), what the line leaves out:
 `loss/policy_gradient`, `loss/baseline`, `loss/entropy` (the loss's terms),
-`loss/gradient_norm`, `policy/mean_abs_log_rho` and `policy/clipped_rho_fraction` (the
-learner's policy against the actors' on the batch: near 0 when the policy lag is small),
+`loss/gradient_norm`, `policy/mean_abs_log_rho`, `policy/clipped_rho_fraction` and
+`policy/surrogate_clipped_fraction` (the learner's policy against the actors' on the batch:
+near 0 when the policy lag is small; the last, PPO's clipfrac, on replayed unrolls too),
 `policy/trust_region_fraction`, `value/mean`, `value/explained_variance` and
 `value/advantage_std` (the values' scale and fit, the advantages' scale before normalisation:
 losses.value_statistics), `learning_rate`, `queue_size` (unrolls waiting in the queue)
@@ -182,6 +183,7 @@ class ProgressLog:
                 "entropy_fraction",
                 "mean_abs_log_rho",
                 "clipped_rho_fraction",
+                "surrogate_clipped_fraction",
                 "trust_region_fraction",
             ):
                 tf.summary.scalar(f"policy/{name}", means[name])

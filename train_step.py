@@ -141,7 +141,7 @@ def actor_critic_loss(agent, unroll, config, unroll_weights=None):
         + config.baseline_cost * parts["baseline"]
         + config.entropy_cost * parts["entropy"]
     )
-    stats.update(losses.policy_statistics(logits, log_rhos, kept))
+    stats.update(losses.policy_statistics(logits, log_rhos, kept, config.policy_clip))
     stats["priorities"] = losses.unroll_priorities(value_errors)
     return total, parts, tf.nest.map_structure(tf.stop_gradient, stats)
 

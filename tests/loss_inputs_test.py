@@ -99,14 +99,19 @@ def test_policy_statistics():
     uniform = np.zeros((2, 2, NUM_ACTIONS), np.float32)
     stats = {
         name: float(value)
-        for name, value in losses.policy_statistics(tf.constant(uniform), log_rhos, kept).items()
+        for name, value in losses.policy_statistics(
+            tf.constant(uniform), log_rhos, kept, clip=0.3
+        ).items()
     }
-    np.testing.assert_allclose(
-        list(stats.values()), [1.0, 0.4375, 0.5, 0.25], rtol=1e-6
-    )  # the uniform policy's entropy is its maximum; 2 of 4 ratios above 1; 1 step left out
+    # The uniform policy's entropy is its maximum; 2 of 4 ratios above 1; 2 of 4 ratios
+    # (0.61 and 2.72) outside [0.7, 1.3]; 1 step left out.
+    np.testing.assert_allclose(list(stats.values()), [1.0, 0.4375, 0.5, 0.5, 0.25], rtol=1e-6)
     assert list(stats) == [
         "entropy_fraction",
         "mean_abs_log_rho",
         "clipped_rho_fraction",
+        "surrogate_clipped_fraction",
         "trust_region_fraction",
     ]
+    impala = losses.policy_statistics(tf.constant(uniform), log_rhos, kept, clip=0.0)
+    assert float(impala["surrogate_clipped_fraction"]) == 0.0  # its policy gradient clips none

@@ -24,6 +24,7 @@ OUTPUTS = {
     "entropy_fraction": 1.0,
     "mean_abs_log_rho": 0.053,
     "clipped_rho_fraction": 0.54,
+    "surrogate_clipped_fraction": 0.31,
     "trust_region_fraction": 0.0,
     "value_mean": 0.8,
     "explained_variance": 0.25,
@@ -88,9 +89,13 @@ def test_what_the_line_leaves_out_is_in_tensorboard(logged, tmp_path):
     assert {
         *("loss/policy_gradient", "loss/baseline", "loss/entropy", "loss/gradient_norm"),
         *("policy/mean_abs_log_rho", "policy/clipped_rho_fraction", "learning_rate"),
+        "policy/surrogate_clipped_fraction",
         *("queue_size", "replay/unrolls", "replay/allocated_gib"),
         *("value/mean", "value/explained_variance", "value/advantage_std"),
     } <= tags, tags
     assert summary_reader.scalars(tmp_path, "value/explained_variance") == [(9_999_000_000, 0.25)]
     assert summary_reader.scalars(tmp_path, "queue_size") == [(9_999_000_000, 7.0)]
+    assert summary_reader.scalars(tmp_path, "policy/surrogate_clipped_fraction") == [
+        (9_999_000_000, pytest.approx(0.31))
+    ]
     assert summary_reader.scalars(tmp_path, "replay/unrolls") == [(9_999_000_000, 60.0)]

@@ -26,7 +26,7 @@ the flags given on its comment line, and leaves the suite's table alone.
                   MLPAgent, ...), 500K frames (= agent steps): the frames at which the mean
                   return over the last 100 games first reaches 475 (target: within the budget).
   pong            PongNoFrameskip-v4, SimpleConvNetAgent, the default settings (replay ratio
-                  3 with the clipped surrogate), 10M frames (2.5M agent steps, hours here): the
+                  1 with the clipped surrogate), 10M frames (2.5M agent steps, hours here): the
                   mean return of the last 100 games (target: >= +18). --quick trains 500K
                   frames instead, to check the whole path in a few minutes.
   breakout, space_invaders, beam_rider, qbert, seaquest
@@ -37,8 +37,8 @@ the flags given on its comment line, and leaves the suite's table alone.
                   100 games at 2.5M, 5M and 10M frames) printed, and in --docs_dir.
   pong_no_replay  the same without replay (each frame learned from once).
   pong_2_learners the main job's shape: 2 learners (Horovod ranks) of one actor each, each
-                  learner's batch 1 on-policy + 3 replayed unrolls, so that the global batch
-                  is `pong`'s, and so are its updates (4 per batch, each on 2 unrolls: one
+                  learner's batch 1 on-policy + 1 replayed unroll, so that the global batch
+                  is `pong`'s, and so are its updates (2 per batch, each on 2 unrolls: one
                   of each learner's, their gradients summed); 5M frames.
 
 The run's settings below apply unless the flag is given on the command line: every training

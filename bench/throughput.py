@@ -3,7 +3,7 @@
   .venv/bin/python -m bench.throughput [--quick] [training flags] [--actors=2 --learners=1]
 
 (from the repository root). Every training flag (the fields of config.Config) is accepted and
-forwarded to the workers; defaults: Config's (Pong, SimpleConvNetAgent, B=2 + 6 replayed
+forwarded to the workers; defaults: Config's (Pong, SimpleConvNetAgent, B=2 + 2 replayed
 unrolls of T=32, 8 environments per actor). A full run takes ~40 minutes on 2 cores, --quick
 ~17-22 (the stages are timed twice, and again in each paired round).
 

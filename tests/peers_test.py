@@ -185,7 +185,7 @@ def test_the_configurations_command_lines():
         "--normalize_input",
     ]
     assert "--replay_size=0" not in systems.ours_argv("Pong", "defaults", "/tmp/runs", 1)
-    assert systems.ours_argv("Pong", "replay1", "/tmp/runs", 1)[-1] == "--replay_ratio=1"
+    assert systems.ours_argv("Pong", "replay3", "/tmp/runs", 1)[-1] == "--replay_ratio=3"
     sf = systems.sf_argv("/venv/bin/python", "SpaceInvaders", "defaults", "/tmp/runs", 1000)
     assert sf[:3] == ["/venv/bin/python", str(systems.SF_TRAIN), "--env=atari_spaceinvaders"]
     # The defaults are SF's Atari recipe: nothing of THROUGHPUT overrides it.
@@ -357,8 +357,8 @@ def test_a_missing_flag_is_one_line_naming_it():
     # (absl refuses a bad value, e.g. --speed_configs=ours-fast, by the flag's validator.)
     last_line = refusal("--part=frames", "--system=sf")
     assert last_line == "--part=frames needs --system and --config"
-    last_line = refusal("--part=frames", "--system=sf", "--config=replay1")
-    assert last_line == "--config=replay1: --system=sf has defaults, throughput"
+    last_line = refusal("--part=frames", "--system=sf", "--config=replay3")
+    assert last_line == "--config=replay3: --system=sf has defaults, throughput"
 
 
 def test_a_speed_run_of_some_configurations_keeps_the_earlier_windows_of_the_others():

@@ -148,6 +148,12 @@ class Config:
     # Loss.
     entropy_cost: float = setting(0.01, "Entropy cost.", lower_bound=0.0)
     baseline_cost: float = setting(0.5, "Baseline cost.", lower_bound=0.0)
+    normalize_value_loss: bool = setting(
+        False,
+        "Divide the value term by the running variance of the V-trace targets (learner.py), so "
+        "that --baseline_cost weighs it against the policy term alike whatever the scale of a "
+        "game's returns (as Sample Factory's normalised returns do).",
+    )
     discounting: float = setting(0.99, "Discount factor.", lower_bound=0.0, upper_bound=1.0)
     vtrace_lambda: float = setting(
         0.95,

@@ -21,7 +21,9 @@ Per step, in order:
      one such step on each minibatch of the batch's unrolls, its share of --minibatch_unrolls.
      Every rank's batch holds the same number of unrolls (each adds B per step to its replay
      memory), so all ranks take the same number of steps, each with its own allreduce;
-  5. publish the new parameters (and input statistics) to this worker set's actors.
+  5. with --normalize_value_loss, fold the moments of the batch's V-trace targets (pooled over
+     the ranks) into their running statistics, whose variance divides the next value terms;
+  6. publish the new parameters (and input statistics) to this worker set's actors.
 
 Policy lag: an actor acts with the parameters it pulled at the start of its unroll. Between
 that pull and the learner's update on the unroll lie at most: the unrolls ahead of it in the
@@ -65,6 +67,7 @@ import progress
 import replay_mixing
 import train_step
 from agents import input_normalization
+from agents.running_moments import RunningMoments
 from exit_codes import (
     EXIT_CHECKPOINTS_FAILING,
     EXIT_STARVED,
@@ -139,14 +142,22 @@ class Learner:
         self._optimizer = train_step.make_optimizer(config, self._learning_rate)
         train_step.create_optimizer_state(self._optimizer, agent)
         self._frames = tf.Variable(0, dtype=tf.int64, trainable=False, name="environment_frames")
-        self._checkpointer = checkpointing.Checkpointer(
-            config.logdir,
-            max_failures=config.max_failed_checkpoints,
-            agent=agent,
-            optimizer=self._optimizer,
-            environment_frames=self._frames,
+        self._target_moments = None
+        tracked = dict(agent=agent, optimizer=self._optimizer, environment_frames=self._frames)
+        if config.normalize_value_loss:
+            self._target_moments = RunningMoments(name="value_target_moments")
+            self._target_moments.create_variables([])
+            tracked["value_target_moments"] = self._target_moments
+        # Equal on every rank, as the parameters: broadcast from rank 0, in the final digest.
+        self._target_statistics = (
+            self._target_moments.variables if self._target_moments is not None else ()
         )
-        self._train_step = train_step.make_batch_step(agent, self._optimizer, config, hvd)
+        self._checkpointer = checkpointing.Checkpointer(
+            config.logdir, max_failures=config.max_failed_checkpoints, **tracked
+        )
+        self._train_step = train_step.make_batch_step(
+            agent, self._optimizer, config, hvd, self._target_moments
+        )
         # Runs in the prefetch thread: its generator is its own.
         self._mixer = replay_mixing.ReplayMixer(
             config,
@@ -187,7 +198,10 @@ class Learner:
             self._checkpointer.restore_latest()
         # Rank 0's (restored or fresh) state becomes everyone's.
         self._hvd.broadcast_variables(
-            self._agent.variables + tuple(self._optimizer.variables) + (self._frames,),
+            self._agent.variables
+            + tuple(self._optimizer.variables)
+            + (self._frames,)
+            + self._target_statistics,
             root_rank=0,
         )
         self._transport.initialize()
@@ -265,6 +279,7 @@ class Learner:
                 # One copy of the parameters per batch: checked, then published.
                 parameters = parameter_snapshot(self._parameters)
                 self._check_finite(outputs, parameters, steps + 1)
+                self._update_target_statistics(outputs, len(mixed.weights))
                 if mixed.indexes is not None:
                     replayed_priorities = priorities[config.batch_size :]
                     self._mixer.memory.update_priorities(mixed.indexes, replayed_priorities)
@@ -297,7 +312,7 @@ class Learner:
             reason,
             own_frames,
             steps,
-            parameter_digest(self._parameters),
+            parameter_digest(self._parameters + self._target_statistics),
         )
         if exit_code == 0:
             # Only a finished training tells the actors it is over (they exit 0); kept serving
@@ -322,6 +337,20 @@ class Learner:
                 [mean, mean_square], op=self._hvd.Average
             )
         normalizer.fold(mean, mean_square, len(frames) * self._hvd.size())
+
+    def _update_target_statistics(self, outputs, num_unrolls):
+        """Folds the moments of the V-trace targets of the batch just trained (`outputs` of
+        train_step.train_in_minibatches, on `num_unrolls` unrolls), pooled over the ranks, into
+        their running statistics, if --normalize_value_loss."""
+        if self._target_moments is None:
+            return
+        moments = [outputs["target_mean"], outputs["target_mean_square"]]
+        if self._hvd.size() > 1:  # the same statistics on every rank: their pooled moments
+            moments = self._hvd.grouped_allreduce(
+                [tf.constant(m) for m in moments], op=self._hvd.Average
+            )
+        count = num_unrolls * self._config.unroll_length * self._hvd.size()
+        self._target_moments.fold(*moments, count)
 
     def _next_batch(self, prefetcher, watchdog, heart, timeout, flag):
         """The next replay_mixing.Mixed batch; None after `timeout` s (--`flag`) without one,

@@ -214,7 +214,8 @@ def value_statistics(values, targets, advantages):
     Returns:
       dict of float32 scalars: `value_mean`, the mean V; `explained_variance`,
       1 - Var(vs - V) / Var(vs) (1: V predicts its targets, 0: no better than their mean; 0 when
-      the targets do not vary); `advantage_std`, the advantages' standard deviation.
+      the targets do not vary); `advantage_std`, the advantages' standard deviation;
+      `target_mean` and `target_mean_square`, the moments of vs (--normalize_value_loss).
     """
     target_variance = tf.math.reduce_variance(targets)
     error_variance = tf.math.reduce_variance(targets - values)
@@ -223,6 +224,8 @@ def value_statistics(values, targets, advantages):
         "value_mean": tf.reduce_mean(values),
         "explained_variance": tf.where(target_variance > 0, 1 - explained, 0.0),
         "advantage_std": tf.math.reduce_std(advantages),
+        "target_mean": tf.reduce_mean(targets),
+        "target_mean_square": tf.reduce_mean(tf.square(targets)),
     }
 
 

@@ -30,6 +30,10 @@ import step_choice
 import unrolls
 import vtrace
 
+# The floor of --normalize_value_loss's divisor: targets that do not vary yet (no reward seen)
+# would weigh the value term without bound; 1e-2 is a deviation of 0.1 in clipped rewards' units.
+MIN_TARGET_VARIANCE = 1e-2
+
 
 class Steps(typing.NamedTuple):
     """A time-major batch's T agent steps, aligned: step t holds the action chosen on observation
@@ -79,10 +83,11 @@ def raw_advantages(steps, vtrace_returns, config):
     return advantages
 
 
-def actor_critic_loss(agent, unroll, config, unroll_weights=None):
+def actor_critic_loss(agent, unroll, config, unroll_weights=None, target_variance=None):
     """The learner's loss of a time-major batch: the policy term (PPO's clipped surrogate by
     default, IMPALA's policy gradient with --policy_clip=0) + baseline_cost x the value term (the
-    squared error to V-trace's targets) + entropy_cost x the entropy term.
+    squared error to V-trace's targets, over `target_variance` if given) + entropy_cost x the
+    entropy term.
 
     With config.replay_trust_region > 0 (LASER's trust region), a step whose behaviour policy
     is further than that from the current policy (losses.trust_region) is left out of the
@@ -98,6 +103,8 @@ def actor_critic_loss(agent, unroll, config, unroll_weights=None):
         policy_clip, baseline_cost, entropy_cost, replay_trust_region).
       unroll_weights: optional float32 [B] scaling each unroll's loss terms (replay's
         importance weights).
+      target_variance: optional float32 scalar, the running variance of the value targets
+        (--normalize_value_loss); the value term is divided by it, at least MIN_TARGET_VARIANCE.
 
     Returns:
       (total loss; dict of its scalar parts `policy_gradient`, `baseline`, `entropy`; dict of
@@ -136,6 +143,8 @@ def actor_critic_loss(agent, unroll, config, unroll_weights=None):
         "baseline": losses.baseline_loss(value_errors, unroll_weights),
         "entropy": losses.entropy_loss(logits, unroll_weights),
     }
+    if target_variance is not None:
+        parts["baseline"] /= tf.maximum(target_variance, MIN_TARGET_VARIANCE)
     total = (
         parts["policy_gradient"]
         + config.baseline_cost * parts["baseline"]
@@ -146,7 +155,7 @@ def actor_critic_loss(agent, unroll, config, unroll_weights=None):
     return total, parts, tf.nest.map_structure(tf.stop_gradient, stats)
 
 
-def local_gradients(agent, config, unroll, unroll_weights=None):
+def local_gradients(agent, config, unroll, unroll_weights=None, target_moments=None):
     """Gradients of the actor-critic loss on this rank's batch, not averaged (XLA-compilable).
 
     Args:
@@ -154,6 +163,8 @@ def local_gradients(agent, config, unroll, unroll_weights=None):
       config: config.Config (see actor_critic_loss).
       unroll: Unroll of batch-major [B, T+1, ...] tensors (as dequeued).
       unroll_weights: optional float32 [B] (see actor_critic_loss).
+      target_moments: optional RunningMoments of the value targets (--normalize_value_loss),
+        whose variance divides the value term.
 
     Returns:
       (list of gradients, one per agent.trainable_variables; this rank's total loss; its parts
@@ -161,7 +172,11 @@ def local_gradients(agent, config, unroll, unroll_weights=None):
     """
     with tf.GradientTape() as tape:
         total, parts, stats = actor_critic_loss(
-            agent, unrolls.to_time_major(unroll), config, unroll_weights
+            agent,
+            unrolls.to_time_major(unroll),
+            config,
+            unroll_weights,
+            None if target_moments is None else target_moments.variance,
         )
     return tape.gradient(total, agent.trainable_variables), total, parts, stats
 
@@ -271,17 +286,21 @@ def single_process_step(agent, config):
     return step, learning_rate
 
 
-def make_update(agent, optimizer, config, hvd, xla):
+def make_update(agent, optimizer, config, hvd, xla, target_moments=None):
     """One update on a minibatch: update(unroll [B, T+1, ...], unroll_weights float32 [B])
     -> (dict of scalars: the loss parts, `total`, `gradient_norm` (before clipping) and the
     scalar statistics of actor_critic_loss; the replay priorities [B] of the unrolls).
 
     With `xla` the loss-and-gradients and the clip-and-update are each compiled by XLA,
     separately: Horovod's allreduce between them has no XLA kernel on CPU. Compiled once (the
-    functions are made here, not per call) for each minibatch shape.
+    functions are made here, not per call) for each minibatch shape. `target_moments`: see
+    local_gradients.
     """
     variables = agent.trainable_variables
-    gradients_of = tf.function(functools.partial(local_gradients, agent, config), jit_compile=xla)
+    gradients_of = tf.function(
+        functools.partial(local_gradients, agent, config, target_moments=target_moments),
+        jit_compile=xla,
+    )
     apply = tf.function(
         functools.partial(apply_gradients, optimizer, config, variables), jit_compile=xla
     )
@@ -295,16 +314,19 @@ def make_update(agent, optimizer, config, hvd, xla):
     return update
 
 
-def make_batch_step(agent, optimizer, config, hvd):
+def make_batch_step(agent, optimizer, config, hvd, target_moments=None):
     """The learner's batch step, a tf.function of train_batch over make_update's updates:
     step(unroll, unroll_weights, order, minibatches); run it with train_in_minibatches.
+    `target_moments`: see local_gradients.
 
     XLA as --xla says; with 'auto' a step_choice.CheaperStep of the two that keeps the one
     that costs this machine less CPU."""
 
     def batch_step(xla):
         return tf.function(
-            functools.partial(train_batch, make_update(agent, optimizer, config, hvd, xla))
+            functools.partial(
+                train_batch, make_update(agent, optimizer, config, hvd, xla, target_moments)
+            )
         )
 
     if config.xla != "auto":

@@ -15,6 +15,7 @@ import checkpointing
 import config
 import environments
 import train_step
+from agents.running_moments import RunningMoments
 from roles import build_agent
 from tests.training_settings import CARTPOLE_SETTINGS
 
@@ -244,6 +245,22 @@ def test_a_checkpoint_of_the_other_input_normalisation_is_refused_naming_the_fla
     assert "agent/_input_normalizer/_count (shape []) " + where in str(error.value)
     assert "(2 more variable(s) differ)" in str(error.value)
     assert "--normalize_input" in str(error.value)
+
+
+def test_a_checkpoint_without_the_value_target_statistics_is_refused_naming_the_flag(tmp_path):
+    """A run resumed with --normalize_value_loss from a checkpoint written without it: the
+    learner's running moments of the value targets are not in it."""
+    write_learner_checkpoints(tmp_path, 1)
+    _, agent, frames = learner_checkpointer(tmp_path / "other")
+    moments = RunningMoments(name="value_target_moments")
+    moments.create_variables([])
+    checkpointer = checkpointing.Checkpointer(
+        str(tmp_path), agent=agent, environment_frames=frames, value_target_moments=moments
+    )
+    with pytest.raises(checkpointing.CheckpointError) as error:
+        checkpointer.restore_latest()
+    assert "value_target_moments/_count (shape []) is not in the checkpoint" in str(error.value)
+    assert "--normalize_value_loss" in str(error.value)
 
 
 def test_a_missing_variable_is_named(tmp_path):

@@ -72,6 +72,7 @@ PONG = [
     "--minibatch_unrolls=0",  # the first step is on the parameters the actors acted with (below)
     # ... and on their input statistics: with normalisation the learner folds the batch in first.
     "--nonormalize_input",
+    "--normalize_value_loss",  # its statistics are checkpointed and restored with the rest
     "--log_secs=0",
     "--checkpoint_secs=1",
     "--learner_wait_secs=120",

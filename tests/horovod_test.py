@@ -111,11 +111,13 @@ def test_two_learners_step_together_on_minibatches_of_replayed_batches(start, sp
     """--minibatch_unrolls with replay: each learner's batch (4 on-policy + 4 replayed unrolls once
     the memory fills) is trained in 3 uneven minibatches (its share of 6 unrolls: 3, 3 and 2),
     one summed step each. Both ranks must take the same steps (a rank with one more allreduce
-    than the other would hang) and end with the same weights, and the same input statistics
-    (--normalize_input: each rank folds in the moments of both ranks' fresh frames)."""
+    than the other would hang) and end with the same weights, the same input statistics
+    (--normalize_input: each rank folds in the moments of both ranks' fresh frames) and the same
+    value-target statistics (--normalize_value_loss: those of both ranks' batches)."""
     flags = [
         *CARTPOLE,
         "--normalize_input",
+        "--normalize_value_loss",
         "--batch_size=4",
         "--replay_size=40",
         "--replay_ratio=1",

@@ -179,3 +179,25 @@ def test_the_xla_step_updates_as_the_plain_step(agent_name):
         np.testing.assert_allclose(
             after_xla - before, after_plain - before, rtol=1e-3, atol=5e-3 * config.learning_rate
         )
+
+
+@pytest.mark.parametrize("variance, divisor", [(4.0, 4.0), (1e-6, train_step.MIN_TARGET_VARIANCE)])
+def test_the_value_term_is_divided_by_the_targets_variance_at_least_its_floor(variance, divisor):
+    """--normalize_value_loss: the value term over the targets' running variance (floored: a
+    game whose targets do not vary yet), the other terms as they were, the total of them all."""
+    agent = agents.MLPAgent(2)
+    batch = random_unrolls.random_unroll(
+        agent, ((4,), np.float32), 2, 3, 5, np.random.default_rng(2)
+    )
+    inputs = unrolls.to_time_major(batch)
+    config = config_lib.Config()
+    plain_total, plain, _ = train_step.actor_critic_loss(agent, inputs, config)
+    total, parts, stats = train_step.actor_critic_loss(
+        agent, inputs, config, target_variance=tf.constant(variance)
+    )
+    np.testing.assert_allclose(parts["baseline"], plain["baseline"] / divisor, rtol=1e-5)
+    for name in ("policy_gradient", "entropy"):
+        np.testing.assert_allclose(parts[name], plain[name], rtol=1e-6)
+    expected_total = plain_total - config.baseline_cost * plain["baseline"] * (1 - 1 / divisor)
+    np.testing.assert_allclose(total, expected_total, rtol=1e-4, atol=1e-5)
+    assert float(stats["target_mean_square"]) >= float(stats["target_mean"]) ** 2

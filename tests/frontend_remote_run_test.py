@@ -130,7 +130,8 @@ def test_password_never_appears_in_output_or_logs(open_dir, hosts, runs):
     env = {"IMPT_SSH_PASSWORD": hosts.password}
     outputs = [runs(logdir, *flags, "--dry_run", env=env)]
     outputs.append(runs(logdir, *flags, env=env))
-    assert outputs[-1][0] == 0, outputs[-1]
+    code, out, err = outputs[-1]
+    assert code == 0, f"stdout:\n{out[-4000:]}\nstderr:\n{err[-4000:]}"  # not repr-truncated
     state = json.loads((logdir / "launch" / "run_state.json").read_text())
     assert {psutil.Process(e["pid"]).username() for e in state["remote"]} == {hosts.user}
     frontend_runs.wait_until(

@@ -332,11 +332,7 @@ class Learner:
         observations = unroll.env_outputs.observation[:, 1:]
         frames = observations.reshape((-1, *observations.shape[2:]))
         mean, mean_square = input_normalization.moments(frames)
-        if self._hvd.size() > 1:  # the same statistics on every rank: their pooled moments
-            mean, mean_square = self._hvd.grouped_allreduce(
-                [mean, mean_square], op=self._hvd.Average
-            )
-        normalizer.fold(mean, mean_square, len(frames) * self._hvd.size())
+        self._fold_pooled(normalizer, mean, mean_square, len(frames))
 
     def _update_target_statistics(self, outputs, num_unrolls):
         """Folds the moments of the V-trace targets of the batch just trained (`outputs` of
@@ -344,13 +340,21 @@ class Learner:
         their running statistics, if --normalize_value_loss."""
         if self._target_moments is None:
             return
-        moments = [outputs["target_mean"], outputs["target_mean_square"]]
-        if self._hvd.size() > 1:  # the same statistics on every rank: their pooled moments
-            moments = self._hvd.grouped_allreduce(
-                [tf.constant(m) for m in moments], op=self._hvd.Average
+        self._fold_pooled(
+            self._target_moments,
+            outputs["target_mean"],
+            outputs["target_mean_square"],
+            num_unrolls * self._config.unroll_length,
+        )
+
+    def _fold_pooled(self, statistics, mean, mean_square, count):
+        """Folds this rank's moments of `count` samples, pooled with every rank's, into the
+        RunningMoments `statistics`: the same statistics on every rank."""
+        if self._hvd.size() > 1:
+            mean, mean_square = self._hvd.grouped_allreduce(
+                [tf.constant(mean), tf.constant(mean_square)], op=self._hvd.Average
             )
-        count = num_unrolls * self._config.unroll_length * self._hvd.size()
-        self._target_moments.fold(*moments, count)
+        statistics.fold(mean, mean_square, count * self._hvd.size())
 
     def _next_batch(self, prefetcher, watchdog, heart, timeout, flag):
         """The next replay_mixing.Mixed batch; None after `timeout` s (--`flag`) without one,

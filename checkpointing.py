@@ -292,8 +292,8 @@ def _restore_newest(checkpoint, checkpoints, directory, tracked, partial, advice
         if difference is not None:
             raise CheckpointError(
                 f"checkpoint {path} does not match {_describe(tracked)}: {difference}; was it "
-                "written with another --agent_name, --level_name, --normalize_input or "
-                "--normalize_value_loss (a --logdir of another run)?"
+                "written with another --agent_name, --level_name, --normalize_input, "
+                "--separate_value_torso or --normalize_value_loss (a --logdir of another run)?"
             )
         if i:
             logging.warning("restored checkpoint %s, skipping %d newer unusable one(s)", path, i)

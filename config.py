@@ -108,6 +108,12 @@ class Config:
         "parameters (agents/input_normalization.py); --nonormalize_input: frames are only "
         "scaled to [0, 1].",
     )
+    separate_value_torso: bool = setting(
+        False,
+        "The value head reads a torso of its own (the same layers, other variables; feed-forward "
+        "agents): the value's gradients then shape only its own features, not the policy's (as "
+        "the separate networks of DNA and PPG); twice the torso's work per step.",
+    )
     initialization: str = setting(
         "orthogonal",
         "Weight initialisation: 'sonnet' (truncated normal, stddev 1/sqrt(fan_in), as the IMPALA "

@@ -65,6 +65,7 @@ def build_agent(config):
         initialization=config.initialization,
         torso_dtype=dtype,
         normalize_input=config.normalize_input,
+        separate_value_torso=config.separate_value_torso,
     )
     shape, dtype = observation_spec
     dummy = environments.StepOutput(

@@ -2,7 +2,9 @@
 
 As in scalable_agent's `Agent`: a torso embeds each frame together with the clipped last reward
 and the one-hot last action, an optional recurrent core steps over time (reset where an episode
-begins), and two linear heads give the policy logits and the baseline.
+begins), and two linear heads give the policy logits and the baseline. Optionally the baseline has
+a torso of its own (feed-forward agents), so that the value's gradients do not reach the policy's
+features, as in DNA's and PPG's separate networks.
 """
 
 import collections
@@ -61,10 +63,10 @@ def _reset_where_done(done, initial_state, state):
 class Agent(snt.Module):
     """Base class: subclasses define the torso and, if recurrent, the core.
 
-    After calling this constructor a subclass sets:
-      `self._torso`: a module mapping float32 frames [N, *OBSERVATION_DIMS] to features [N, F],
-        its layers initialised with `self._initializers.torso`;
-      `self._core`: an `snt.RNNCore` for recurrent agents (stays None for feed-forward ones).
+    A subclass defines `_make_torso(name)`: a new module mapping float32 frames
+    [N, *OBSERVATION_DIMS] to features [N, F], its layers initialised with
+    `self._initializers.torso` (called once, twice with a separate value torso). After calling
+    this constructor a recurrent subclass sets `self._core`, an `snt.RNNCore` (None: feed-forward).
     Variables are created on the first call (Sonnet style) and reused afterwards.
 
     Args (subclasses take the same, but for their own default name, the options as keywords):
@@ -86,6 +88,7 @@ class Agent(snt.Module):
         initialization="sonnet",
         torso_dtype="float32",
         normalize_input=False,
+        separate_value_torso=False,
         name=None,
     ):
         super().__init__(name=name)
@@ -98,9 +101,10 @@ class Agent(snt.Module):
             )
         self._num_actions = int(num_actions)
         self._torso_dtype = tf.as_dtype(torso_dtype)
-        self._torso_variables_created = False
         self._initializers = Initializers.named(initialization)
-        self._torso = None
+        self._torsos_with_variables = set()  # names of the torsos whose variables exist
+        self._torso = self._make_torso("torso")
+        self._value_torso = self._make_torso("value_torso") if separate_value_torso else None
         self._core = None
         self._policy_logits = snt.Linear(
             self._num_actions, w_init=self._initializers.policy, name="policy_logits"
@@ -125,7 +129,11 @@ class Agent(snt.Module):
     def describe(self):
         """'MLPAgent, 2 actions': this agent, as errors about agents that do not fit name it."""
         normalized = ", input normalised" if self._input_normalizer is not None else ""
-        return f"{type(self).__name__}, {self._num_actions} actions{normalized}"
+        value_torso = ", separate value torso" if self._value_torso is not None else ""
+        return f"{type(self).__name__}, {self._num_actions} actions{normalized}{value_torso}"
+
+    def _make_torso(self, name):
+        raise NotImplementedError(f"{type(self).__name__} defines no torso")
 
     def initial_state(self, batch_size):
         """The core state at the start of an episode: `()`, or e.g. snt.LSTMState of [B, 256]."""
@@ -169,15 +177,19 @@ class Agent(snt.Module):
                 f"{type(self).__name__} expects observations of shape "
                 f"[T, B, {', '.join(self.OBSERVATION_DIMS)}], got {observation_shape}"
             )
-        # The torso sees all T * B frames at once; only the core steps through time.
-        torso_outputs = snt.BatchApply(self._embed)(
+        # The torsos see all T * B frames at once; only the core steps through time.
+        policy_inputs, value_inputs = snt.BatchApply(self._embed)(
             actions, env_outputs.reward, env_outputs.observation
         )
-        core_outputs, core_state = self._unroll_core(torso_outputs, env_outputs.done, core_state)
-        return snt.BatchApply(self._head)(core_outputs), core_state
+        core_outputs, core_state = self._unroll_core(policy_inputs, env_outputs.done, core_state)
+        if self._value_torso is None:
+            value_inputs = core_outputs
+        return snt.BatchApply(self._head)(core_outputs, value_inputs), core_state
 
     def _embed(self, last_action, reward, observation):
-        """Torso features with the clipped last reward and the one-hot last action: [N, F+1+A].
+        """The policy's and the value's torso features, each with the clipped last reward and the
+        one-hot last action: ([N, F+1+A], [N, F+1+A]; the one tensor twice without a separate value
+        torso).
 
         Args:
           last_action: int32 [N]. reward: float32 [N]. observation: [N, *OBSERVATION_DIMS],
@@ -188,25 +200,31 @@ class Agent(snt.Module):
             frames = self._input_normalizer(frames)
         clipped_reward = tf.clip_by_value(tf.cast(reward, tf.float32), -1.0, 1.0)
         one_hot_last_action = tf.one_hot(last_action, self._num_actions)
-        return tf.concat(
-            [self._features(frames), clipped_reward[:, tf.newaxis], one_hot_last_action], axis=1
-        )
 
-    def _features(self, frames):
-        """The torso's features float32 [N, F] of float32 frames [N, *OBSERVATION_DIMS], computed
+        def embedding(torso):
+            features = self._features(torso, frames)
+            return tf.concat([features, clipped_reward[:, tf.newaxis], one_hot_last_action], 1)
+
+        policy_embedding = embedding(self._torso)
+        if self._value_torso is None:
+            return policy_embedding, policy_embedding
+        return policy_embedding, embedding(self._value_torso)
+
+    def _features(self, torso, frames):
+        """`torso`'s features float32 [N, F] of float32 frames [N, *OBSERVATION_DIMS], computed
         in the torso's dtype: in bfloat16, from its float32 variables cast as they are read, so
         that their gradients and the optimizer stay float32."""
         if self._torso_dtype == tf.float32:
-            return self._torso(frames)
+            return torso(frames)
         # The getter patches the torso's layer classes while it is active: one thread at a time.
         with _CAST_VARIABLES_LOCK:
-            if not self._torso_variables_created:
-                self._torso(frames)  # Sonnet creates variables in the first input's dtype.
-                self._torso_variables_created = True
-            torso_modules = (self._torso, *self._torso.submodules)
+            if torso.name not in self._torsos_with_variables:
+                torso(frames)  # Sonnet creates variables in the first input's dtype.
+                self._torsos_with_variables.add(torso.name)
+            torso_modules = (torso, *torso.submodules)
             cast = functools.partial(tf.cast, dtype=self._torso_dtype)
             with snt.custom_variable_getter(cast, instances=torso_modules):
-                features = self._torso(tf.cast(frames, self._torso_dtype))
+                features = torso(tf.cast(frames, self._torso_dtype))
         return tf.cast(features, tf.float32)
 
     def _unroll_core(self, inputs, done, core_state):
@@ -230,9 +248,10 @@ class Agent(snt.Module):
             outputs.append(output)
         return tf.stack(outputs), core_state
 
-    def _head(self, core_output):
-        """Policy logits [N, A], baseline [N] and an action [N] sampled from the policy."""
+    def _head(self, core_output, value_input):
+        """Policy logits [N, A] of `core_output` [N, F'], baseline [N] of `value_input` (the same
+        tensor, or the value torso's embedding) and an action [N] sampled from the policy."""
         policy_logits = self._policy_logits(core_output)
-        baseline = tf.squeeze(self._baseline(core_output), axis=-1)
+        baseline = tf.squeeze(self._baseline(value_input), axis=-1)
         action = tf.squeeze(tf.random.categorical(policy_logits, 1, dtype=tf.int32), axis=-1)
         return AgentOutput(action, policy_logits, baseline)

@@ -16,10 +16,12 @@ class MLPAgent(Agent):
 
     def __init__(self, num_actions, name="mlp_agent", **options):
         super().__init__(num_actions, name=name, **options)
-        self._torso = snt.nets.MLP(
+
+    def _make_torso(self, name):
+        return snt.nets.MLP(
             [64, 64],
             w_init=self._initializers.torso,
             activation=tf.nn.relu,
             activate_final=True,
-            name="torso",
+            name=name,
         )

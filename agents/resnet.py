@@ -51,7 +51,9 @@ class ResNetAgent(Agent):
 
     def __init__(self, num_actions, name="resnet_agent", **options):
         super().__init__(num_actions, name=name, **options)
-        self._torso = ResNetTorso(self._initializers.torso)
+
+    def _make_torso(self, name):
+        return ResNetTorso(self._initializers.torso, name=name)
 
 
 class ResNetLSTMAgent(ResNetAgent):
@@ -59,4 +61,9 @@ class ResNetLSTMAgent(ResNetAgent):
 
     def __init__(self, num_actions, name="resnet_lstm_agent", **options):
         super().__init__(num_actions, name=name, **options)
+        if self._value_torso is not None:
+            # Its baseline would skip the core: a value without the memory the policy has.
+            raise ValueError(
+                "--separate_value_torso needs a feed-forward agent; ResNetLSTMAgent is recurrent"
+            )
         self._core = snt.LSTM(256, name="lstm")

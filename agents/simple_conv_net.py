@@ -16,9 +16,12 @@ class SimpleConvNetAgent(Agent):
 
     def __init__(self, num_actions, name="simple_conv_net_agent", **options):
         super().__init__(num_actions, name=name, **options)
+
+    def _make_torso(self, name):
         w_init = self._initializers.torso
-        self._torso = snt.Sequential(
-            [
+        # Sequential enters no name scope as its layers are made: this one names their variables.
+        with tf.name_scope(name):
+            layers = [
                 snt.Conv2D(32, 8, stride=4, padding="VALID", w_init=w_init, name="conv_0"),
                 tf.nn.relu,
                 snt.Conv2D(64, 4, stride=2, padding="VALID", w_init=w_init, name="conv_1"),
@@ -28,6 +31,5 @@ class SimpleConvNetAgent(Agent):
                 snt.Flatten(),
                 snt.Linear(512, w_init=w_init, name="linear"),
                 tf.nn.relu,
-            ],
-            name="torso",
-        )
+            ]
+        return snt.Sequential(layers, name=name)

@@ -384,3 +384,67 @@ def test_a_bfloat16_torso_keeps_float32_variables_and_outputs_near_float32s(agen
 def test_an_unknown_torso_dtype_is_named():
     with pytest.raises(ValueError, match="unknown torso dtype 'float16'; valid: float32, bfloat16"):
         agents.SimpleConvNetAgent(NUM_ACTIONS, initialization="orthogonal", torso_dtype="float16")
+
+
+FEED_FORWARD_AGENTS = sorted(name for name in agents.AGENTS if name != "ResNetLSTMAgent")
+
+
+def parameter_count(variables):
+    return sum(int(np.prod(v.shape)) for v in variables)
+
+
+@pytest.mark.parametrize("agent_name", FEED_FORWARD_AGENTS)
+def test_a_separate_value_torso_doubles_only_the_torso(agent_name):
+    rng = np.random.default_rng(6)
+    agent = agents.agent_factory(agent_name)(NUM_ACTIONS, separate_value_torso=True)
+    agent(make_actions(rng, (B,)), make_env_outputs(agent_name, rng, (B,)), agent.initial_state(B))
+    torso, value_torso = (
+        [v for v in agent.trainable_variables if f"/{scope}/" in v.name]
+        for scope in ("torso", "value_torso")
+    )
+    assert [v.shape for v in value_torso] == [v.shape for v in torso] != []
+    assert parameter_count(agent.trainable_variables) == (
+        EXPECTED_PARAMS[agent_name] + parameter_count(torso)
+    )
+    assert "separate value torso" in agent.describe()
+
+
+@pytest.mark.parametrize("torso_dtype", agents.base.TORSO_DTYPES)
+@pytest.mark.parametrize("agent_name", FEED_FORWARD_AGENTS)
+def test_the_value_gradient_reaches_only_its_own_torso(agent_name, torso_dtype):
+    """With a separate value torso the baseline's gradient reaches the value torso and head and
+    nothing of the policy's, and the logits' gradient nothing of the value's; shared, the
+    baseline's gradient reaches the one torso."""
+    rng = np.random.default_rng(7)
+    actions, env_outputs = make_actions(rng, (T, B)), make_env_outputs(agent_name, rng, (T, B))
+
+    def reached(agent, output):
+        """The names of the variables that `output`'s sum of squares has a gradient in."""
+        with tf.GradientTape() as tape:
+            outputs, _ = agent.unroll(actions, env_outputs, agent.initial_state(B))
+            loss = tf.reduce_sum(getattr(outputs, output) ** 2)
+        gradients = tape.gradient(loss, agent.trainable_variables)
+        return {
+            v.name.split("/", 1)[1]
+            for v, g in zip(agent.trainable_variables, gradients, strict=True)
+            if g is not None and tf.reduce_any(g != 0)
+        }
+
+    separate = agents.agent_factory(agent_name)(
+        NUM_ACTIONS, torso_dtype=torso_dtype, separate_value_torso=True
+    )
+    separate.unroll(actions, env_outputs, separate.initial_state(B))  # creates the variables
+    value_reached = reached(separate, "baseline")
+    policy_reached = reached(separate, "policy_logits")
+    assert value_reached and policy_reached
+    assert all(name.startswith(("value_torso/", "baseline/")) for name in value_reached)
+    assert all(name.startswith(("torso/", "policy_logits/")) for name in policy_reached)
+
+    shared = agents.agent_factory(agent_name)(NUM_ACTIONS, torso_dtype=torso_dtype)
+    shared.unroll(actions, env_outputs, shared.initial_state(B))
+    assert any(name.startswith("torso/") for name in reached(shared, "baseline"))
+
+
+def test_a_recurrent_agent_refuses_a_separate_value_torso():
+    with pytest.raises(ValueError, match="--separate_value_torso needs a feed-forward agent"):
+        agents.ResNetLSTMAgent(NUM_ACTIONS, separate_value_torso=True)

@@ -247,6 +247,16 @@ def test_a_checkpoint_of_the_other_input_normalisation_is_refused_naming_the_fla
     assert "--normalize_input" in str(error.value)
 
 
+def test_a_checkpoint_of_a_shared_torso_is_refused_by_a_separate_value_torso(tmp_path):
+    write_learner_checkpoints(tmp_path, 1)
+    separate = build_agent(dataclasses.replace(CARTPOLE, separate_value_torso=True))[0]
+    with pytest.raises(checkpointing.CheckpointError) as error:
+        checkpointing.restore_for_evaluation(str(tmp_path), agent=separate)
+    assert "separate value torso): agent/_value_torso/" in str(error.value)
+    assert "is not in the checkpoint" in str(error.value)
+    assert "--separate_value_torso" in str(error.value)
+
+
 def test_a_checkpoint_without_the_value_target_statistics_is_refused_naming_the_flag(tmp_path):
     """A run resumed with --normalize_value_loss from a checkpoint written without it: the
     learner's running moments of the value targets are not in it."""

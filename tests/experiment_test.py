@@ -73,6 +73,7 @@ PONG = [
     # ... and on their input statistics: with normalisation the learner folds the batch in first.
     "--nonormalize_input",
     "--normalize_value_loss",  # its statistics are checkpointed and restored with the rest
+    "--separate_value_torso",  # the actor's network is the learner's, value torso too
     "--log_secs=0",
     "--checkpoint_secs=1",
     "--learner_wait_secs=120",

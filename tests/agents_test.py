@@ -232,13 +232,16 @@ EXPECTED_PARAMS = {
 }
 
 
+def parameter_count(variables):
+    return sum(int(np.prod(v.shape)) for v in variables)
+
+
 @pytest.mark.parametrize("agent_name", sorted(agents.AGENTS))
 def test_parameter_count_matches_the_architecture(agent_name):
     rng = np.random.default_rng(4)
     agent = agents.agent_factory(agent_name)(NUM_ACTIONS)
     agent(make_actions(rng, (B,)), make_env_outputs(agent_name, rng, (B,)), agent.initial_state(B))
-    num_params = sum(int(np.prod(v.shape)) for v in agent.trainable_variables)
-    assert num_params == EXPECTED_PARAMS[agent_name]
+    assert parameter_count(agent.trainable_variables) == EXPECTED_PARAMS[agent_name]
 
 
 def variables_by_name(agent):
@@ -387,10 +390,6 @@ def test_an_unknown_torso_dtype_is_named():
 
 
 FEED_FORWARD_AGENTS = sorted(name for name in agents.AGENTS if name != "ResNetLSTMAgent")
-
-
-def parameter_count(variables):
-    return sum(int(np.prod(v.shape)) for v in variables)
 
 
 @pytest.mark.parametrize("agent_name", FEED_FORWARD_AGENTS)

@@ -108,6 +108,14 @@ class Config:
         "parameters (agents/input_normalization.py); --nonormalize_input: frames are only "
         "scaled to [0, 1].",
     )
+    normalize_input_prior: int = setting(
+        0,
+        "--normalize_input's statistics start as this many observations of mean 0 and variance "
+        "1 (the frames as scaled), which the observations folded in then outweigh: elements "
+        "that did not change in the first batches are not scaled to +-5 at once. 0: the first "
+        "batch's statistics replace the start.",
+        lower_bound=0,
+    )
     separate_value_torso: bool = setting(
         False,
         "The value head reads a torso of its own (the same layers, other variables; feed-forward "

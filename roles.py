@@ -65,6 +65,7 @@ def build_agent(config):
         initialization=config.initialization,
         torso_dtype=dtype,
         normalize_input=config.normalize_input,
+        normalize_input_prior=config.normalize_input_prior,
         separate_value_torso=config.separate_value_torso,
     )
     shape, dtype = observation_spec

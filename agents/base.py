@@ -76,6 +76,7 @@ class Agent(snt.Module):
         heads and everything after them stay float32.
       normalize_input: whether frames are normalised per element by running statistics
         (input_normalization.InputNormalizer, updated by the learner) before the torso.
+      normalize_input_prior: the frames of mean 0 and variance 1 the statistics start as.
     """
 
     # Names of the per-step observation dimensions the torso expects, e.g. ("H", "W", "C").
@@ -88,6 +89,7 @@ class Agent(snt.Module):
         initialization="sonnet",
         torso_dtype="float32",
         normalize_input=False,
+        normalize_input_prior=0,
         separate_value_torso=False,
         name=None,
     ):
@@ -110,7 +112,9 @@ class Agent(snt.Module):
             self._num_actions, w_init=self._initializers.policy, name="policy_logits"
         )
         self._baseline = snt.Linear(1, w_init=self._initializers.baseline, name="baseline")
-        self._input_normalizer = InputNormalizer() if normalize_input else None
+        self._input_normalizer = (
+            InputNormalizer(prior_count=normalize_input_prior) if normalize_input else None
+        )
 
     @property
     def num_actions(self):

@@ -5,6 +5,12 @@ As Sample Factory's `--normalize_input` (rl_games' RunningMeanStd): per element 
 0 and the few that move (a ball, a paddle) to a few units, where a division by 255 alone
 leaves them faint. The learner folds in the moments of each batch's fresh frames; the
 statistics travel to the actors with the parameters and are checkpointed with them.
+
+The first batch alone would set the statistics: its elements that do not change within it (most
+of the screen at the start of a game) get a variance near 0, so that anything later moving there
+is scaled to +-5 at once. With a prior (`prior_count` > 0) the statistics start as that many
+frames of mean 0 and variance 1, i.e. the frames as scaled, and the normalisation grows in as
+the frames folded in outnumber them.
 """
 
 import tensorflow as tf
@@ -17,10 +23,11 @@ _CLIP = 5.0
 
 class InputNormalizer(RunningMoments):
     """Frames [N, *D] normalised by the running per-element mean and variance of the frames
-    folded in (`fold`); the variables are created on the first call."""
+    folded in (`fold`), which start as `prior_count` frames of mean 0 and variance 1; the
+    variables are created on the first call."""
 
-    def __init__(self, name="input_normalizer"):
-        super().__init__(name=name)
+    def __init__(self, prior_count=0, name="input_normalizer"):
+        super().__init__(name=name, prior_count=prior_count)
 
     def __call__(self, frames):
         """float32 frames [N, *D] -> float32 [N, *D] in [-5, 5]."""

@@ -12,18 +12,21 @@ import tensorflow as tf
 class RunningMoments(snt.Module):
     """Running per-element mean and variance [*D] of the batches folded in, and their count.
 
-    Its variables are not trainable; `create_variables` makes them, zero mean and unit variance.
+    Its variables are not trainable; `create_variables` makes them, zero mean and unit variance,
+    counted as `prior_count` samples: the first batches then move the statistics from that
+    start in proportion to their size, instead of replacing it (0: the first batch replaces it).
     """
 
-    def __init__(self, name):
+    def __init__(self, name, prior_count=0):
         super().__init__(name=name)
+        self._prior_count = float(prior_count)
         self._mean = self._variance = self._count = None
 
     @snt.once
     def create_variables(self, element_shape):
         self._mean = tf.Variable(tf.zeros(element_shape), trainable=False, name="mean")
         self._variance = tf.Variable(tf.ones(element_shape), trainable=False, name="variance")
-        self._count = tf.Variable(0.0, trainable=False, name="count")
+        self._count = tf.Variable(self._prior_count, trainable=False, name="count")
 
     @property
     def mean(self):

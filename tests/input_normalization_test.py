@@ -49,6 +49,20 @@ def test_a_constant_element_goes_to_zero_and_a_rare_one_is_clipped_at_five():
     np.testing.assert_allclose(normalizer(tf.constant([[0.3, 1.0]])), [[0.0, 5.0]], atol=1e-3)
 
 
+def test_a_prior_weighs_the_start_against_the_frames_folded_in():
+    """Three prior frames of mean 0 and variance 1, then one constant frame: the moments of
+    all four, so that a change of the constant element is scaled by them, not clipped at 5."""
+    normalizer = InputNormalizer(prior_count=3)
+    fold_batches(normalizer, [np.full((1, 1), 0.8, np.float32)])
+    mean = 0.8 / 4
+    variance = (3 * 1.0 + 0.8**2) / 4 - mean**2
+    np.testing.assert_allclose(normalizer.mean, [mean], rtol=1e-6)
+    np.testing.assert_allclose(normalizer.variance, [variance], rtol=1e-6)
+    expected = (1.0 - mean) / np.sqrt(variance + 1e-5)
+    np.testing.assert_allclose(normalizer(tf.constant([[1.0]])), [[expected]], rtol=1e-5)
+    assert expected < 1
+
+
 def test_before_any_batch_frames_in_zero_to_one_pass_unchanged():
     frames = np.random.default_rng(1).uniform(size=(4, 3)).astype(np.float32)
     np.testing.assert_allclose(InputNormalizer()(tf.constant(frames)), frames, rtol=1e-5)

@@ -235,6 +235,7 @@ class Learner:
             self._learning_rate,
             self._transport,
             self._mixer.memory,
+            self._target_moments,
         )
         reason, exit_code, steps, own_frames = "frame budget reached", 0, 0, 0
         watchdog = Watchdog(f"{self._log_prefix} step", EXIT_STUCK)

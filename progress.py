@@ -28,9 +28,10 @@ interval, besides the line's figures (`frames_per_second`, `all_learners/mean_ep
 near 0 when the policy lag is small; the last, PPO's clipfrac, on replayed unrolls too),
 `policy/trust_region_fraction`, `value/mean`, `value/explained_variance` and
 `value/advantage_std` (the values' scale and fit, the advantages' scale before normalisation:
-losses.value_statistics), `learning_rate`, `queue_size` (unrolls waiting in the queue)
-and, with replay, `replay/unrolls` and `replay/allocated_gib` (the memory's fill and size;
-replay.py logs when it first fills).
+losses.value_statistics), with --normalize_value_loss `value/target_variance` (the running
+variance of the value targets that divides the value term), `learning_rate`, `queue_size`
+(unrolls waiting in the queue) and, with replay, `replay/unrolls` and `replay/allocated_gib`
+(the memory's fill and size; replay.py logs when it first fills).
 
 A summary write that fails (a full disk, an unwritable logdir) does not stop training: it is one
 logged line naming the logdir and the cause (one per outage, not one per write), its summaries
@@ -68,11 +69,15 @@ class ProgressLog:
       learning_rate: the learning rate (tf.Variable).
       transport: the learner's transport (for the queue size).
       replay: the learner's replay.UnrollReplay, or None.
+      target_moments: the RunningMoments of the value targets (--normalize_value_loss), or None.
     """
 
-    def __init__(self, config, is_chief, frames, learning_rate, transport, replay=None):
+    def __init__(
+        self, config, is_chief, frames, learning_rate, transport, replay=None, target_moments=None
+    ):
         self._config = config
         self._replay = replay
+        self._target_moments = target_moments
         self._is_chief = is_chief
         self._frames = frames
         self._learning_rate = learning_rate
@@ -189,6 +194,8 @@ class ProgressLog:
                 tf.summary.scalar(f"policy/{name}", means[name])
             for name, tag in VALUE_TAGS.items():
                 tf.summary.scalar(tag, means[name])
+            if self._target_moments is not None:
+                tf.summary.scalar("value/target_variance", self._target_moments.variance)
             if self._replay is not None:
                 tf.summary.scalar("replay/unrolls", self._replay.size)
                 tf.summary.scalar("replay/allocated_gib", self._replay.bytes / 2**30)

@@ -11,6 +11,7 @@ from absl import logging as absl_logging
 
 import config
 import progress
+from agents.running_moments import RunningMoments
 from bench import cluster
 from tools import summary_reader
 
@@ -99,3 +100,21 @@ def test_what_the_line_leaves_out_is_in_tensorboard(logged, tmp_path):
         (9_999_000_000, pytest.approx(0.31))
     ]
     assert summary_reader.scalars(tmp_path, "replay/unrolls") == [(9_999_000_000, 60.0)]
+    assert "value/target_variance" not in tags  # only with --normalize_value_loss
+
+
+def test_the_value_terms_divisor_is_in_tensorboard_with_normalize_value_loss(tmp_path):
+    """--normalize_value_loss: the running variance of the value targets that divides the value
+    term, as folded in by the learner (targets 1 and 3: variance 1)."""
+    targets = RunningMoments(name="value_target_moments")
+    targets.create_variables([])
+    targets.fold(mean=2.0, mean_square=5.0, count=64)
+    frames = tf.Variable(5_000, dtype=tf.int64)
+    settings = dict(logdir=str(tmp_path), log_secs=0, normalize_value_loss=True)
+    transport = types.SimpleNamespace(queue_size=lambda: 0)
+    log = progress.ProgressLog(
+        config.Config(**settings), True, frames, tf.Variable(2e-4), transport, None, targets
+    )
+    log.step(unroll([21.0], acted_with=0), OUTPUTS, 1, 21.0, version=1)
+    log.close()
+    assert summary_reader.scalars(tmp_path, "value/target_variance") == [(5_000, 1.0)]

@@ -62,7 +62,8 @@ class Config:
     optimizer step is on 2 unrolls of 32 steps (64 steps, summed over all learners: one learner
     trains its batch of 2 on-policy + 2 replayed unrolls in 2 minibatches of 2 unrolls, two
     learners theirs in 4 of one unroll each); lambda 0.95, normalised advantages, Adam at
-    2.5e-4; inputs normalised by their running statistics.
+    2.5e-4 without gradient clipping; inputs normalised by their running statistics, the value
+    term by its targets' running variance.
     """
 
     # Where things go.
@@ -109,7 +110,7 @@ class Config:
         "scaled to [0, 1].",
     )
     normalize_input_prior: int = setting(
-        0,
+        1000,
         "--normalize_input's statistics start as this many observations of mean 0 and variance "
         "1 (the frames as scaled), which the observations folded in then outweigh: elements "
         "that did not change in the first batches are not scaled to +-5 at once. 0: the first "
@@ -163,7 +164,7 @@ class Config:
     entropy_cost: float = setting(0.01, "Entropy cost.", lower_bound=0.0)
     baseline_cost: float = setting(0.5, "Baseline cost.", lower_bound=0.0)
     normalize_value_loss: bool = setting(
-        False,
+        True,
         "Divide the value term by the running variance of the V-trace targets (learner.py), so "
         "that --baseline_cost weighs it against the policy term alike whatever the scale of a "
         "game's returns (as Sample Factory's normalised returns do).",
@@ -215,9 +216,9 @@ class Config:
         greater_than=0.0,
     )
     gradients_clipping: float = setting(
-        32.0,
-        "Global-norm gradient clipping (of the summed loss: PPO's 0.5 x 64 steps per "
-        "update); negative = off.",
+        0.0,
+        "Global-norm gradient clipping of the summed loss (PPO's 0.5 is 32 for 64 steps per "
+        "update); 0 or negative: off.",
         unbounded="a positive value is the clipping norm, any other turns clipping off",
     )
 
@@ -384,6 +385,7 @@ IMPALA_PAPER = {
     "epsilon": 0.01,
     "gradients_clipping": 40.0,
     "initialization": "sonnet",
+    "normalize_value_loss": False,
 }
 
 
@@ -401,6 +403,11 @@ VECTOR_DEFAULTS = {
     # Each agent step learned from ~4 times: the ratio the vector family's learning was measured
     # at (the image family's 1 comes from Atari games, docs/performance.md).
     "replay_ratio": 3.0,
+    # The value term's scale, the clipping and the input statistics' start the vector family's
+    # learning was measured at; the image family's come from Atari games (docs/performance.md).
+    "normalize_value_loss": False,
+    "gradients_clipping": 32.0,
+    "normalize_input_prior": 0,
 }
 # Each family's defaults in place of Config's; Config's own are the image family's.
 FAMILY_DEFAULTS = {"image": {}, "vector": VECTOR_DEFAULTS}

@@ -67,7 +67,6 @@ import progress
 import replay_mixing
 import train_step
 from agents import input_normalization
-from agents.running_moments import RunningMoments
 from exit_codes import (
     EXIT_CHECKPOINTS_FAILING,
     EXIT_STARVED,
@@ -142,11 +141,9 @@ class Learner:
         self._optimizer = train_step.make_optimizer(config, self._learning_rate)
         train_step.create_optimizer_state(self._optimizer, agent)
         self._frames = tf.Variable(0, dtype=tf.int64, trainable=False, name="environment_frames")
-        self._target_moments = None
         tracked = dict(agent=agent, optimizer=self._optimizer, environment_frames=self._frames)
-        if config.normalize_value_loss:
-            self._target_moments = RunningMoments(name="value_target_moments")
-            self._target_moments.create_variables([])
+        self._target_moments = train_step.value_target_moments(config)
+        if self._target_moments is not None:
             tracked["value_target_moments"] = self._target_moments
         # Equal on every rank, as the parameters: broadcast from rank 0, in the final digest.
         self._target_statistics = (

@@ -10,7 +10,7 @@ Public so that the learner, the tests and the benchmarks all run the very same s
 
   optimizer = make_optimizer(config, learning_rate)   # learning_rate: a tf.Variable
   create_optimizer_state(optimizer, agent)            # before restoring or broadcasting it
-  step = make_batch_step(agent, optimizer, config, hvd)
+  step = make_batch_step(agent, optimizer, config, hvd, value_target_moments(config))
   unrolls = config_lib.learner_minibatch_unrolls(config.minibatch_unrolls, hvd.size())
   outputs, priorities = train_in_minibatches(step, batch, weights, unrolls, rng)
                               # batch: Unroll of [B, T+1, ...] arrays, weights: float32 [B]
@@ -29,6 +29,7 @@ import losses
 import step_choice
 import unrolls
 import vtrace
+from agents.running_moments import RunningMoments
 
 # The floor of --normalize_value_loss's divisor: targets that do not vary yet (no reward seen)
 # would weigh the value term without bound; 1e-2 is a deviation of 0.1 in clipped rewards' units.
@@ -282,8 +283,18 @@ def single_process_step(agent, config):
     learning_rate = tf.Variable(config.learning_rate)
     optimizer = make_optimizer(config, learning_rate)
     create_optimizer_state(optimizer, agent)
-    step = make_batch_step(agent, optimizer, config, SingleProcess)
+    step = make_batch_step(agent, optimizer, config, SingleProcess, value_target_moments(config))
     return step, learning_rate
+
+
+def value_target_moments(config):
+    """The running moments (scalar) of the value targets whose variance divides the value term
+    with --normalize_value_loss, variables created; None without it."""
+    if not config.normalize_value_loss:
+        return None
+    moments = RunningMoments(name="value_target_moments")
+    moments.create_variables([])
+    return moments
 
 
 def make_update(agent, optimizer, config, hvd, xla, target_moments=None):

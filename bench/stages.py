@@ -411,7 +411,11 @@ def learner_step(config, hvd, agent, observation_spec, num_actions, xla):
     optimizer = train_step.make_optimizer(config, tf.Variable(config.learning_rate))
     train_step.create_optimizer_state(optimizer, agent)
     function = train_step.make_batch_step(
-        agent, optimizer, dataclasses.replace(config, xla="on" if xla else "off"), hvd
+        agent,
+        optimizer,
+        dataclasses.replace(config, xla="on" if xla else "off"),
+        hvd,
+        train_step.value_target_moments(config),
     )
     unrolls = config_lib.learner_minibatch_unrolls(config.minibatch_unrolls, hvd.size())
     step = functools.partial(

@@ -201,3 +201,11 @@ def test_the_value_term_is_divided_by_the_targets_variance_at_least_its_floor(va
     expected_total = plain_total - config.baseline_cost * plain["baseline"] * (1 - 1 / divisor)
     np.testing.assert_allclose(total, expected_total, rtol=1e-4, atol=1e-5)
     assert float(stats["target_mean_square"]) >= float(stats["target_mean"]) ** 2
+
+
+def test_the_value_targets_moments_exist_only_with_normalize_value_loss():
+    """value_target_moments: the learner's and the benchmarks' divisor of the value term starts
+    at variance 1 (no target seen); without --normalize_value_loss there is none."""
+    moments = train_step.value_target_moments(config_lib.Config(normalize_value_loss=True))
+    assert float(moments.variance) == 1.0 and float(moments.mean) == 0.0
+    assert train_step.value_target_moments(config_lib.Config(normalize_value_loss=False)) is None

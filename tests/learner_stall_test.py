@@ -12,14 +12,25 @@ from exit_codes import EXIT_LEARNER_LOST
 from tests.training_settings import CARTPOLE
 from tools.local_cluster import cluster_flags
 
-STOPPED_SECS = 15  # Beyond the actor's --learner_wait_secs and the learner's --batch_timeout_secs.
+# The actor's --learner_wait_secs and the learner's --batch_timeout_secs: well beyond a step
+# (its retraces included) on a loaded machine, so neither lapses before the stop, and shorter
+# than the stop, so both lapse during it.
+PATIENCE_SECS = 30
+STOPPED_SECS = 45
 
 
 @pytest.mark.slow
 def test_a_stopped_learner_is_given_up_on_and_blames_no_actor_for_its_own_freeze(spawn, tmp_path):
-    flags = [*cluster_flags(1), *CARTPOLE, f"--logdir={tmp_path}", "--batch_timeout_secs=10"]
+    flags = [
+        *cluster_flags(1),
+        *CARTPOLE,
+        f"--logdir={tmp_path}",
+        f"--batch_timeout_secs={PATIENCE_SECS}",
+    ]
     learner = spawn([*flags, "--job_name=learner"], "learner")
-    actor = spawn([*flags, "--job_name=actor", "--task=0", "--learner_wait_secs=10"], "actor")
+    actor = spawn(
+        [*flags, "--job_name=actor", "--task=0", f"--learner_wait_secs={PATIENCE_SECS}"], "actor"
+    )
     deadline = time.monotonic() + 150
     while learner.log().count("frames/s") < 2:  # Steps after the first: versions move.
         assert time.monotonic() < deadline, learner.log()[-3000:]
@@ -27,7 +38,7 @@ def test_a_stopped_learner_is_given_up_on_and_blames_no_actor_for_its_own_freeze
     learner.signal(signal.SIGSTOP)
     stopped_at = time.monotonic()
     try:
-        assert actor.wait(timeout=40) == EXIT_LEARNER_LOST, actor.log()[-3000:]
+        assert actor.wait(timeout=STOPPED_SECS + 30) == EXIT_LEARNER_LOST, actor.log()[-3000:]
         time.sleep(max(0.0, stopped_at + STOPPED_SECS - time.monotonic()))
     finally:
         learner.signal(signal.SIGCONT)

@@ -125,9 +125,9 @@ class Evaluator:
     def run(self):
         """Evaluates until training ends; returns the process exit code.
 
-        The games run on a thread of their own while this one keeps polling the learner: the
-        parameters that end training are published only for the moments before the learner
-        exits, which a poll must not miss while games are played."""
+        The games run on a thread of their own while this one keeps polling the learner, which
+        serves the parameters that end training until this evaluator says it holds them (at
+        most --learner_wait_secs)."""
         config = self._config
         published = self._link.wait_for_parameters()
         logging.info("%s: connected to learner %s", self._name, self._link.learner_host)
@@ -145,6 +145,7 @@ class Evaluator:
                 interval = config.eval_interval_frames
                 due_at = (published.frames // interval + 1) * interval
             if final:
+                self._link.take_final_parameters()
                 if running:
                     running.result()
                 logging.info("%s: evaluated the final parameters; exiting", self._name)

@@ -45,8 +45,10 @@ EXIT_CHECKPOINTS_FAILING. SIGTERM or SIGINT to any learner (a scheduler's preemp
 stops every learner after its step, with a final checkpoint, and EXIT_STOPPED_BY_SIGNAL: a
 learner stopped before its frame budget never exits 0, the status of a finished training, and
 only a learner that reached its budget tells its actors that training is over (they exit 0;
-the others' actors wait for the learners' restart). A batch wait that ends empty when the
-learner was itself stopped or frozen (heartbeat.py) blames no actor: it starts again.
+the others' actors wait for the learners' restart); it then serves its evaluator, if its set
+has one, until that holds the parameters that end training (at most --learner_wait_secs). A
+batch wait that ends empty when the learner was itself stopped or frozen (heartbeat.py) blames
+no actor: it starts again.
 
 Rank 0 alone writes checkpoints, logs progress and writes TensorBoard summaries (progress.py).
 The step itself (loss, gradients, optimizer) is train_step.py; the prefetch thread prefetch.py.
@@ -78,6 +80,7 @@ from prefetch import BatchPrefetcher
 from step_watchdog import Watchdog
 
 _FINISH_GRACE_SECS = 5
+_FINAL_POLL_SECS = 0.5
 
 _Status = collections.namedtuple(
     "_Status", "frames has_batch stop_requested checkpoints_failing episodes episode_return_sum"
@@ -86,6 +89,32 @@ _Status = collections.namedtuple(
 
 class DivergedError(RuntimeError):
     """Training diverged: the loss, the gradients or the parameters are no longer finite."""
+
+
+def serve_final_parameters(transport, evaluator_host, wait_secs, log_prefix):
+    """Keeps a finished learner serving until its evaluator holds the parameters that end
+    training (transport.final_parameters_taken), at most `wait_secs` (--learner_wait_secs, as
+    long as the evaluator waits for a learner): one starved of CPU (SCHED_IDLE on a busy host)
+    or restarting would otherwise find the learner gone. Returns whether it took them."""
+    logging.info(
+        "%s waiting up to %d s (--learner_wait_secs) for evaluator %s to take the final parameters",
+        log_prefix,
+        wait_secs,
+        evaluator_host,
+    )
+    deadline = time.monotonic() + wait_secs
+    while not transport.final_parameters_taken():
+        if time.monotonic() >= deadline:
+            logging.warning(
+                "%s evaluator %s did not take the final parameters in %d s; exiting",
+                log_prefix,
+                evaluator_host,
+                wait_secs,
+            )
+            return False
+        time.sleep(_FINAL_POLL_SECS)
+    logging.info("%s evaluator %s took the final parameters", log_prefix, evaluator_host)
+    return True
 
 
 def parameter_digest(variables):
@@ -121,11 +150,15 @@ class Learner:
       transport: transport.Transport of this worker set, learner side.
       frames_per_step: environment frames per agent step (the action repeat).
       actor_hosts: this worker set's actors, named when they send nothing.
+      evaluator_host: this worker set's evaluator, None if it has none.
     """
 
-    def __init__(self, config, hvd, agent, transport, frames_per_step, actor_hosts):
+    def __init__(
+        self, config, hvd, agent, transport, frames_per_step, actor_hosts, evaluator_host=None
+    ):
         self._config = config
         self._actor_hosts = actor_hosts
+        self._evaluator_host = evaluator_host
         self._hvd = hvd
         self._agent = agent
         # Published: all variables, the input statistics too. Sonnet walks the module tree on
@@ -317,6 +350,13 @@ class Learner:
             # a moment so that they see it. A learner stopped before its budget tells them
             # nothing: they wait for its restart, as after a crash.
             self._transport.finish()
+            if self._evaluator_host is not None:
+                serve_final_parameters(
+                    self._transport,
+                    self._evaluator_host,
+                    config.learner_wait_secs,
+                    self._log_prefix,
+                )
             time.sleep(_FINISH_GRACE_SECS)
         return exit_code
 

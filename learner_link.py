@@ -170,6 +170,18 @@ class LearnerLink:
         logging.info("%s: reconnected to learner", self._name)
         return published
 
+    def take_final_parameters(self):
+        """Tells the learner, which serves until then, that this client holds the parameters
+        that end training; a learner already gone needs no word."""
+        try:
+            self.transport.take_final_parameters()
+        except LEARNER_GONE as e:
+            logging.info(
+                "%s: learner gone before the final parameters' receipt (%s)",
+                self._name,
+                type(e).__name__,
+            )
+
     def learner_finished(self):
         try:
             return self.transport.training_finished()

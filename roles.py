@@ -136,7 +136,9 @@ def _train(config, cluster, hvd):
     replay.check_fits(config.replay_size, unroll_spec(config, agent, observation_spec, num_actions))
     tf.random.set_seed(config.seed + hvd.rank())
     link = _cluster_transport(config, agent, observation_spec, num_actions, cluster, "learner", 0)
-    return Learner(config, hvd, agent, link, frames_per_step, cluster.actors).run()
+    return Learner(
+        config, hvd, agent, link, frames_per_step, cluster.actors, cluster.evaluator
+    ).run()
 
 
 def train_actor(config, cluster, task):

@@ -7,10 +7,11 @@ Every process of a worker set (the learner, its actors and its evaluator, if any
 
   - one resource variable per agent parameter, plus `version` (int64, bumped on every publish),
     `environment_frames` (int64, the training frames of the published parameters),
-    `finished` (bool, set by the learner before it closes the queue) and `agent_signature`
-    (string: the learner's agent and its parameters' shapes, which a client compares with its
-    own before it reads any parameter: variables of another agent's shapes would be read as
-    they are, or not be there at all);
+    `finished` (bool, set by the learner before it closes the queue), `final_taken` (bool, set
+    by the evaluator once it holds the parameters that end training, which the learner serves
+    until then) and `agent_signature` (string: the learner's agent and its parameters' shapes,
+    which a client compares with its own before it reads any parameter: variables of another
+    agent's shapes would be read as they are, or not be there at all);
   - FIFOQueue(shared_name="unrolls") of unrolls.
 
 Resource variables and the queue are shared between processes by name, so an actor's graph
@@ -231,10 +232,12 @@ class Transport:
             self._version = tf.Variable(tf.constant(0, tf.int64), name="parameter_version")
             self._frames = tf.Variable(tf.constant(0, tf.int64), name="environment_frames")
             self._finished = tf.Variable(False, name="training_finished")
+            self._final_taken = tf.Variable(False, name="final_parameters_taken")
             # Initialised by the learner alone, so to the learner's signature.
             self._signature = tf.Variable(self.agent_signature, name="agent_signature")
             self._init = tf.compat.v1.variables_initializer(
-                self._parameters + [self._version, self._frames, self._finished, self._signature]
+                self._parameters
+                + [self._version, self._frames, self._finished, self._final_taken, self._signature]
             )
             self._queue = tf.queue.FIFOQueue(
                 queue_capacity,
@@ -276,6 +279,8 @@ class Transport:
             self._size = self._queue.size()
             self._mark_finished = self._finished.assign(True)
             self._read_finished = self._finished.read_value()
+            self._mark_final_taken = self._final_taken.assign(True)
+            self._read_final_taken = self._final_taken.read_value()
             self._read_signature = self._signature.read_value()
             self._close = self._queue.close(cancel_pending_enqueues=True)
         # Unrolls (flat lists of [k, ...] arrays) a timed-out dequeue had taken: the next batch's.
@@ -368,6 +373,10 @@ class Transport:
         self._run_learner_op(self._mark_finished)
         self._run_learner_op(self._close)
 
+    def final_parameters_taken(self):
+        """Whether the evaluator said it holds the parameters that end training."""
+        return bool(self._run_learner_op(self._read_final_taken))
+
     # Actor side.
 
     def _call_learner(self, fetches, feed_dict=None, timeout_secs=None):
@@ -408,6 +417,10 @@ class Transport:
     def training_finished(self):
         """Whether the learner reached its frame budget (set by `finish`, by nothing else)."""
         return bool(self._call_learner(self._read_finished))
+
+    def take_final_parameters(self):
+        """The evaluator's word that it holds the parameters that end training."""
+        self._call_learner(self._mark_final_taken)
 
     def learner_signature(self):
         """The learner's `agent_signature`; FailedPreconditionError before it initialised."""

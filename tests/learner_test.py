@@ -132,6 +132,31 @@ def test_published_parameters_are_not_changed_by_later_updates(learner_and_actor
         assert not np.any(new.numpy() == old)  # The updates did move every element.
 
 
+def test_a_finished_learner_serves_until_its_evaluator_takes_the_final_parameters(
+    learner_and_actor,
+):
+    """serve_final_parameters returns once a client (the evaluator) says it holds them."""
+    learner_side, client_side = learner_and_actor
+    served = []
+    thread = threading.Thread(
+        target=lambda: served.append(
+            learner.serve_final_parameters(learner_side, "127.0.0.1:1", 600, "[learner]")
+        )
+    )
+    thread.start()
+    client_side.take_final_parameters()
+    thread.join(timeout=120)
+    assert served == [True]
+
+
+def test_a_finished_learner_stops_serving_an_evaluator_that_never_takes_them(
+    learner_and_actor, caplog
+):
+    learner_side, _ = learner_and_actor
+    assert not learner.serve_final_parameters(learner_side, "127.0.0.1:1", 0, "[learner]")
+    assert "evaluator 127.0.0.1:1 did not take the final parameters in 0 s" in caplog.text
+
+
 class _Prefetcher:
     """A prefetcher whose waits all time out; each wait runs `during_wait` (the test's freeze)."""
 

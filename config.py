@@ -58,10 +58,10 @@ class Config:
     The defaults, the image family's (`VECTOR_DEFAULTS` replace some for vector observations),
     are PPO's Atari recipe on this learner with smaller updates, which learn Pong faster than
     PPO's own updates or the IMPALA paper's settings (IMPALA_PAPER below): each
-    agent step is learned from ~2 times (replay ratio 1) under the clipped surrogate; each
+    agent step is learned from ~3 times (replay ratio 2) under the clipped surrogate; each
     optimizer step is on 2 unrolls of 32 steps (64 steps, summed over all learners: one learner
-    trains its batch of 2 on-policy + 2 replayed unrolls in 2 minibatches of 2 unrolls, two
-    learners theirs in 4 of one unroll each); lambda 0.95, normalised advantages, Adam at
+    trains its batch of 2 on-policy + 4 replayed unrolls in 3 minibatches of 2 unrolls, two
+    learners theirs in 6 of one unroll each); lambda 0.95, normalised advantages, Adam at
     2.5e-4 without gradient clipping; inputs normalised by their running statistics, the value
     term by its targets' running variance.
     """
@@ -229,7 +229,7 @@ class Config:
         lower_bound=0,
     )
     replay_ratio: float = setting(
-        1.0,
+        2.0,
         "Replayed unrolls per on-policy unroll: a batch holds --batch_size on-policy unrolls and "
         "round(batch_size * replay_ratio) replayed ones (once the memory holds "
         "max(that, replay_size // 10)).",
@@ -401,7 +401,7 @@ VECTOR_DEFAULTS = {
     "total_environment_frames": 500_000,
     "eval_interval_frames": 50_000,
     # Each agent step learned from ~4 times: the ratio the vector family's learning was measured
-    # at (the image family's 1 comes from Atari games, docs/performance.md).
+    # at (the image family's 2 comes from Atari games, docs/performance.md).
     "replay_ratio": 3.0,
     # The value term's scale, the clipping and the input statistics' start the vector family's
     # learning was measured at; the image family's come from Atari games (docs/performance.md).

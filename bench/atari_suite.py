@@ -32,7 +32,7 @@ PPO = {
     "Seaquest": {5_000_000: 800.0, 10_000_000: 800.0},
 }
 # Every game's run: the defaults (config.Config: PPO's Atari recipe on this learner, replay ratio
-# 1 with the clipped surrogate, 64-step updates), the same for every game.
+# 2 with the clipped surrogate, 64-step updates), the same for every game.
 SETTINGS = {
     "agent_name": "SimpleConvNetAgent",
     "num_envs_per_actor": 8,

@@ -26,7 +26,7 @@ the flags given on its comment line, and leaves the suite's table alone.
                   MLPAgent, ...), 500K frames (= agent steps): the frames at which the mean
                   return over the last 100 games first reaches 475 (target: within the budget).
   pong            PongNoFrameskip-v4, SimpleConvNetAgent, the default settings (replay ratio
-                  1 with the clipped surrogate), 10M frames (2.5M agent steps, hours here): the
+                  2 with the clipped surrogate), 10M frames (2.5M agent steps, hours here): the
                   mean return of the last 100 games (target: >= +18). --quick trains 500K
                   frames instead, to check the whole path in a few minutes.
   breakout, space_invaders, beam_rider, qbert, seaquest

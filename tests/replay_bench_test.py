@@ -40,7 +40,7 @@ def test_a_run_is_named_by_its_sampling_and_elite_by_its_strategy_too(tmp_path):
 
 def test_each_on_policy_step_is_trained_on_once_and_replay_ratio_times_more():
     breakout = config_lib.configure(atari_suite.settings("Breakout"))
-    assert replay.uses_per_agent_step(breakout) == 2.0  # B = 2 on-policy + 2 replayed unrolls
+    assert replay.uses_per_agent_step(breakout) == 3.0  # B = 2 on-policy + 4 replayed unrolls
     assert replay.uses_per_agent_step(dataclasses.replace(breakout, replay_ratio=3.0)) == 4.0
     assert replay.uses_per_agent_step(dataclasses.replace(breakout, replay_size=0)) == 1.0
 

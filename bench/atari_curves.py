@@ -25,6 +25,7 @@ import numpy as np
 ROW_FRAMES = 100_000
 HEADER = "frames,return_mean_100,games,entropy"
 _COMMENT = re.compile(r"# (?P<provenance>.*), budget (?P<budget>[\d,]+) frames, (?P<state>\w+)")
+_COMMIT = re.compile(r"commit (?P<commit>[0-9a-f]+(-dirty)?)")
 _STATES = {"complete": True, "partial": False}
 
 
@@ -37,12 +38,15 @@ class GameCurve:
     complete: whether the run reached it (reaches()).
     rows: float64 [R, 4]: (frames, return_mean_100, games, entropy) every ROW_FRAMES; NaN where
       empty.
+    commit: the short hash of the code that trained it, as its CSV's comment line names it
+      ("" for a curve not read from one, or a line naming none).
     """
 
     game: str
     budget: int
     complete: bool
     rows: np.ndarray
+    commit: str = ""
 
     def return_at(self, frames):
         """return_mean_100 at exactly `frames`, or None (no row there, or no game by then)."""
@@ -145,4 +149,5 @@ def read(csv_path):
         budget=int(match["budget"].replace(",", "")),
         complete=_STATES[match["state"]],
         rows=np.array(rows, np.float64).reshape(-1, 4),
+        commit=commit["commit"] if (commit := _COMMIT.match(match["provenance"])) else "",
     )

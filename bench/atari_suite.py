@@ -5,7 +5,7 @@
 rebuilds, from the games' curves in DIR/atari/*.csv alone (bench/atari_curves.py; DIR: the
 repository's docs/), the suite's table DIR/atari_results.csv (for each game the mean return of
 the last 100 games at 2.5M, 5M and 10M frames: empty where its run did not get there, and
-everywhere for a partial run) and grid figure DIR/atari_suite.png (each game's curve, a partial
+everywhere for a partial run; and the commit that trained it, so which defaults each row ran) and grid figure DIR/atari_suite.png (each game's curve, a partial
 one dashed, PPO's returns at 5M and 10M marked), and prints the table. bench/learning.py trains
 the games (`--runs=atari`, or one of them) and, as each ends, writes its curve there and
 rebuilds both.
@@ -39,7 +39,8 @@ SETTINGS = {
     "total_environment_frames": 10_000_000,
 }
 BUDGETS = (2_500_000, 5_000_000, 10_000_000)
-CSV_FIELDS = ["game", "frames", "return_2.5M", "return_5M", "return_10M"]
+RETURN_FIELDS = ["return_2.5M", "return_5M", "return_10M"]
+CSV_FIELDS = ["game", "frames", *RETURN_FIELDS, "commit"]
 
 flags.DEFINE_string(
     "docs_dir",
@@ -90,8 +91,9 @@ def summary(game_curves):
             "frames": int(curve.rows[-1, 0]) if len(curve.rows) else 0,
             **{
                 field: curve.return_at(budget) if curve.complete else None
-                for field, budget in zip(CSV_FIELDS[2:], BUDGETS, strict=True)
+                for field, budget in zip(RETURN_FIELDS, BUDGETS, strict=True)
             },
+            "commit": curve.commit,
             "complete": curve.complete,
         }
         for curve in game_curves
@@ -105,7 +107,7 @@ def write_csv(rows, path):
         writer = csv.DictWriter(f, CSV_FIELDS, extrasaction="ignore")
         writer.writeheader()
         for row in rows:
-            returns = {field: _cell(row[field]) for field in CSV_FIELDS[2:]}
+            returns = {field: _cell(row[field]) for field in RETURN_FIELDS}
             writer.writerow({**row, **returns})
 
 
@@ -114,18 +116,19 @@ def _cell(value):
 
 
 def table(rows):
-    """The printed table of `rows`: the returns at each budget beside PPO's at 5M and 10M."""
+    """The printed table of `rows`: the returns at each budget beside PPO's at 5M and 10M, and
+    the commit that trained each."""
     lines = [
         f"{'game':<15}{'run':>9}{'frames':>12}{'2.5M':>10}{'5M':>10}{'10M':>10}"
-        f"{'PPO at 5M':>11}{'PPO at 10M':>12}"
+        f"{'PPO at 5M':>11}{'PPO at 10M':>12}  commit"
     ]
     for row in rows:
         state = "complete" if row["complete"] else "partial"
-        returns = "".join(f"{_cell(row[field]) or '-':>10}" for field in CSV_FIELDS[2:])
+        returns = "".join(f"{_cell(row[field]) or '-':>10}" for field in RETURN_FIELDS)
         ppo = PPO[row["game"]]
         lines.append(
             f"{row['game']:<15}{state:>9}{row['frames']:>12,}{returns}"
-            f"{ppo[5_000_000]:>11g}{ppo[10_000_000]:>12g}"
+            f"{ppo[5_000_000]:>11g}{ppo[10_000_000]:>12g}  {row['commit'] or '-'}"
         )
     return "\n".join(lines)
 

@@ -70,6 +70,7 @@ def test_a_partial_curve_has_rows_as_far_as_the_run_got_and_empty_cells_before_d
     ]
     curve = atari_curves.read(path)
     assert (curve.game, curve.budget, curve.complete) == ("Breakout", 300_000, False)
+    assert curve.commit == "abc1234"
     np.testing.assert_array_equal(curve.rows[0], [100_000, np.nan, 0, 0.95])
 
 
@@ -144,14 +145,15 @@ def test_the_table_is_rebuilt_from_the_docs_curves_alone(tmp_path):
 
     # In the suite's order; the partial Breakout: how far it got, no returns.
     assert (tmp_path / "atari_results.csv").read_text().splitlines() == [
-        "game,frames,return_2.5M,return_5M,return_10M",
-        "Pong,5000000,5.25,17.10,",
-        "Breakout,4900000,,,",
-        "Qbert,10000000,900.00,2400.50,7900.00",
+        "game,frames,return_2.5M,return_5M,return_10M,commit",
+        "Pong,5000000,5.25,17.10,,abc1234",
+        "Breakout,4900000,,,,abc1234",
+        "Qbert,10000000,900.00,2400.50,7900.00,abc1234",
     ]
     table = atari_suite.table(rows).splitlines()
-    assert table[1].split() == ["Pong", "complete", "5,000,000", "5.25", "17.10", "-", "16", "18"]
-    assert table[2].split() == ["Breakout", "partial", "4,900,000", "-", "-", "-", "33", "70"]
+    pong = ["Pong", "complete", "5,000,000", "5.25", "17.10", "-", "16", "18", "abc1234"]
+    assert table[1].split() == pong
+    assert table[2].split() == ["Breakout", "partial", "4,900,000", "-", "-", "-", "33", "70", "abc1234"]
     image = cv2.imread(str(tmp_path / "atari_suite.png"))
     height, width = image.shape[:2]
     assert width > height > 0  # one row of 3 panels

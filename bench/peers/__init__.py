@@ -8,8 +8,8 @@ and our learner's update beside PyTorch's.
   .venv/bin/python -m bench.peers --part=step
 
 Configurations (systems.py): each system with its defaults and tuned for throughput; ours also
-with the torso in bfloat16 (throughput_bf16, defaults_bf16) and with more uses of each frame
-(replay2, replay3), levers of its time to the target.
+with the torso in bfloat16 (throughput_bf16, defaults_bf16) and with fewer or more uses of each
+frame (replay1, replay3), levers of its time to the target.
   - frames (frames.py): one configuration trained until the mean of its last 100 games reaches
     --target or to --max_frames (15M); its curve, bench.learning's CSV, to
     docs/peers/<system>-<config>-<Game>.csv (a later run's: <Game>-run<N>.csv), to be

@@ -2,7 +2,7 @@
 (bench/peers/__init__.py).
 
   .venv/bin/python -m bench.peers --part=frames --system=ours|sf --config=defaults|throughput
-  .venv/bin/python -m bench.peers --part=frames --system=ours --config=replay2|replay3
+  .venv/bin/python -m bench.peers --part=frames --system=ours --config=replay1|replay3
   .venv/bin/python -m bench.peers --part=speed
   .venv/bin/python -m bench.peers --part=report
   .venv/bin/python -m bench.peers --part=step [--step_updates=200 --rounds=2]

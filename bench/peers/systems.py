@@ -4,8 +4,8 @@ of a running one: its summaries (the games), its frame count over time, its proc
   - ours: `python -m bench.learning --runs=<game's run>` (the project's own learning run, its
     settings unchanged; `throughput` adds `--replay_size=0`: each frame trained on once, as SF's
     one epoch, and `--normalize_input`, as SF's recipe normalises its input; levers of time to
-    the target: `throughput_bf16` and `defaults_bf16` compute the torso in bfloat16, `replay2`
-    and `replay3` use each frame 3 or 4 times instead of the defaults' 2);
+    the target: `throughput_bf16` and `defaults_bf16` compute the torso in bfloat16, `replay1`
+    and `replay3` use each frame 2 or 4 times instead of the defaults' 3);
   - sf: bench/peers/sf_train.py in the peers' virtualenv, SF's Atari recipe (`defaults`: CleanRL's
     PPO, sync, 8 workers x 1 env, rollout 128, 4 epochs of 4 minibatches of 256) or the same with
     THROUGHPUT's settings.
@@ -51,7 +51,7 @@ CONFIGS = {
         "throughput": ("--replay_size=0", "--normalize_input"),
         "throughput_bf16": ("--replay_size=0", "--normalize_input", "--torso_dtype=bfloat16"),
         "defaults_bf16": ("--torso_dtype=bfloat16",),
-        "replay2": ("--replay_ratio=2",),
+        "replay1": ("--replay_ratio=1",),
         "replay3": ("--replay_ratio=3",),
     },
     "sf": {"defaults": (), "throughput": THROUGHPUT},

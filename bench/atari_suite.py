@@ -5,8 +5,9 @@
 rebuilds, from the games' curves in DIR/atari/*.csv alone (bench/atari_curves.py; DIR: the
 repository's docs/), the suite's table DIR/atari_results.csv (for each game the mean return of
 the last 100 games at 2.5M, 5M and 10M frames: empty where its run did not get there, and
-everywhere for a partial run; and the commit that trained it, so which defaults each row ran) and grid figure DIR/atari_suite.png (each game's curve, a partial
-one dashed, PPO's returns at 5M and 10M marked), and prints the table. bench/learning.py trains
+everywhere for a partial run; and the commit that trained it, so which defaults each row ran)
+and grid figure DIR/atari_suite.png (each game's curve, a partial one dashed, PPO's returns at
+5M and 10M marked), and prints the table. bench/learning.py trains
 the games (`--runs=atari`, or one of them) and, as each ends, writes its curve there and
 rebuilds both.
 """

@@ -149,5 +149,11 @@ def read(csv_path):
         budget=int(match["budget"].replace(",", "")),
         complete=_STATES[match["state"]],
         rows=np.array(rows, np.float64).reshape(-1, 4),
-        commit=commit["commit"] if (commit := _COMMIT.match(match["provenance"])) else "",
+        commit=commit_of(match["provenance"]),
     )
+
+
+def commit_of(provenance_line):
+    """The short hash (with `-dirty` if so) that `provenance_line` (provenance()) names, or ""."""
+    found = _COMMIT.match(provenance_line)
+    return found["commit"] if found else ""

@@ -105,7 +105,8 @@ def test_the_atari_suite_table_and_figure_of_its_runs(tmp_path):
     # Pong by 2.5M: games 0..61, the mean of 0..61; by 5M: games 0..124, the mean of 25..124.
     # Breakout, partial: how far it got only.
     # Each row names the commit that trained it: this checkout's.
-    commit = atari_curves.provenance(local_cluster.REPO).split(",")[0].removeprefix("commit ")
+    commit = atari_curves.commit_of(atari_curves.provenance(local_cluster.REPO))
+    assert commit
     assert (docs / "atari_results.csv").read_text().splitlines() == [
         "game,frames,return_2.5M,return_5M,return_10M,commit",
         f"Pong,5000000,{np.mean(np.arange(62)):.2f},{np.mean(np.arange(25, 125)):.2f},,{commit}",

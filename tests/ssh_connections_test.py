@@ -7,7 +7,6 @@ import logging
 import socket
 import struct
 import threading
-import time
 
 import paramiko
 import pytest
@@ -17,17 +16,21 @@ from frontend.console import Console
 from tests import frontend_fakes
 
 HOSTS = 40  # More than MAX_PARALLEL_LOGINS.
-CONNECT_SECS = 0.2  # How long each fake login takes to fail.
+FILL_WAIT_SECS = 60  # Bounds a login's wait for the pool to fill; reached only by a failure.
 
 
 class FakeConnect:
-    """launcher.ssh_connect that takes CONNECT_SECS, then fails as an unreachable host does;
-    records the logins tried and how many were under way at once."""
+    """launcher.ssh_connect that fails as an unreachable host does, but only once
+    MAX_PARALLEL_LOGINS logins are under way at once (or after FILL_WAIT_SECS): so a pool that
+    tries its logins in parallel fills whatever the machine's load, and a serial one times out.
+    Records the logins tried, how many were under way at once and the waits that timed out."""
 
     def __init__(self):
         self.tried = []
         self.most_at_once = 0
+        self.waits_timed_out = 0
         self._at_once = 0
+        self._pool_full = threading.Event()
         self._lock = threading.Lock()
 
     def __call__(self, worker, _known_hosts, _accept_unknown, timeout, _warn):
@@ -35,9 +38,13 @@ class FakeConnect:
             self.tried.append(worker.where)
             self._at_once += 1
             self.most_at_once = max(self.most_at_once, self._at_once)
-        time.sleep(CONNECT_SECS)
+            if self._at_once == ssh_connections.MAX_PARALLEL_LOGINS:
+                self._pool_full.set()
+        filled = self._pool_full.wait(FILL_WAIT_SECS)
+        self._pool_full.set()  # A pool that cannot fill waits out the bound once, not per login.
         with self._lock:
             self._at_once -= 1
+            self.waits_timed_out += not filled
         raise TimeoutError(f"no answer within {timeout:g} s")
 
 
@@ -70,13 +77,11 @@ def unreachable(tmp_path, monkeypatch):
 def test_unreachable_hosts_are_tried_at_once_in_a_bounded_pool(unreachable):
     plan, connect = unreachable
     connections = ssh_connections.Connections("known_hosts", False, 3, print)
-    started = time.monotonic()
     connections.connect_all(launch.worker for launch in plan.actors)
-    took = time.monotonic() - started
 
+    # The pool filled (no login waited out its bound) and never went past its bound.
+    assert connect.waits_timed_out == 0
     assert connect.most_at_once == ssh_connections.MAX_PARALLEL_LOGINS
-    batches = -(-HOSTS // ssh_connections.MAX_PARALLEL_LOGINS)
-    assert took < (batches + 1) * CONNECT_SECS < HOSTS * CONNECT_SECS / 4
     assert sorted(connect.tried) == sorted(launch.worker.where for launch in plan.actors)
     for launch in plan.actors:  # Remembered: not tried again.
         with pytest.raises(TimeoutError):

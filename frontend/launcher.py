@@ -84,7 +84,10 @@ class Launch:
         if self.to_terminal:
             # Also to the log. tee is in the pane's process group, which gets SIGHUP when the
             # worker ends; tee ignores it to copy the worker's last lines, and ends at EOF.
-            lines.append(f"exec > >(trap '' HUP; exec tee -a {shlex.quote(self.log_path)}) 2>&1")
+            # Ignored before the fork: a subshell starved until the worker's end would die of it.
+            lines.append("trap '' HUP")
+            lines.append(f"exec > >(exec tee -a {shlex.quote(self.log_path)}) 2>&1")
+            lines.append("trap - HUP")  # The worker keeps SIGHUP's default: it ends it.
         lines.append(f"cd {shlex.quote(self.cwd)} || exit 1")
         lines.append(f"exec {shlex.join(self.argv)}")  # The worker takes over this PID.
         return "\n".join(lines) + "\n"
@@ -291,23 +294,29 @@ def window_exit_status(server, session_name, window_name):
     return int(pane.pane_dead_status or 0)
 
 
-def wait_for_log(log_path, timeout):
-    """Waits (at most `timeout` s) for the `tee` of an ended local worker to finish its log.
+def wait_for_log(launch, timeout):
+    """Waits (at most `timeout` s) for the `tee` of `launch`, an ended local worker, to finish
+    its log.
 
     A local worker's output reaches its log through `tee` (see Launch.script), which can still
-    be copying the worker's last lines when the worker's death is seen.
+    be copying the worker's last lines when the worker's death is seen, or not even be started:
+    its subshell, still named as the script ("bash <script>"), holds them in the pipe until it
+    execs tee (same PID).
     """
-    tees = []
+    subshell, tee = ["bash", launch.script_path], ("tee", [launch.log_path])
+    writers = []
     for process in psutil.process_iter(["name", "cmdline"]):
-        if process.info["name"] == "tee" and (process.info["cmdline"] or [])[-1:] == [log_path]:
-            tees.append(process)
-    psutil.wait_procs(tees, timeout=timeout)
+        cmdline = process.info["cmdline"] or []
+        if cmdline == subshell or (process.info["name"], cmdline[-1:]) == tee:
+            writers.append(process)
+    psutil.wait_procs(writers, timeout=timeout)
 
 
-def local_tail(log_path, lines=15, timeout=5):
-    """The last `lines` lines of an ended local worker's log (once its `tee` is done)."""
-    wait_for_log(log_path, timeout)
-    with open(log_path, errors="replace") as f:
+def local_tail(launch, lines=15, timeout=5):
+    """The last `lines` lines of the log of `launch`, an ended local worker (once its `tee` is
+    done)."""
+    wait_for_log(launch, timeout)
+    with open(launch.log_path, errors="replace") as f:
         return "".join(collections.deque(f, lines))
 
 

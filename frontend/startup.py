@@ -102,7 +102,7 @@ def _dead_after_start(started, state, server, connections, options):
                 if status is None:
                     continue
                 status = f"exited with status {status}"
-                tail = launcher.local_tail(launch.log_path)
+                tail = launcher.local_tail(launch)
             reason = f"{status} within {wait_secs} s; {launch.log_path} ends:"
             failures.append((launch, f"{reason}\n{tail}"))
         except Exception as e:

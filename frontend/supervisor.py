@@ -402,7 +402,7 @@ class Supervisor:
                             entry["pid"] = worker.pid
                     run_state.write(self._launch_dir, state)
                 else:
-                    launcher.wait_for_log(launch.log_path, timeout=5)  # Its last lines first.
+                    launcher.wait_for_log(launch, timeout=5)  # Its last lines first.
                     launcher.respawn_window(self._server, self._session, launch)
             except Exception as e:
                 if launch.is_remote:
@@ -419,7 +419,7 @@ class Supervisor:
         """For the learners: mpirun's line naming the rank that failed first, if it wrote one."""
         if worker is not self._learners:
             return ""
-        launcher.wait_for_log(worker.launch.log_path, timeout=5)
+        launcher.wait_for_log(worker.launch, timeout=5)
         try:
             with open(worker.launch.log_path, errors="replace") as log:
                 log.seek(self._learners_log_position)
@@ -444,7 +444,7 @@ class Supervisor:
             if launch.is_remote:
                 client = self._connections.get(launch.worker)
                 return launcher.remote_tail(client, launch.log_path, self._ssh_timeout)
-            return launcher.local_tail(launch.log_path, LOG_TAIL_LINES)
+            return launcher.local_tail(launch, LOG_TAIL_LINES)
         except Exception as e:
             return f"(cannot read it: {launcher.describe_error(e)})"
 

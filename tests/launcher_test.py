@@ -175,7 +175,9 @@ def test_the_command_is_the_scripts_cd_exports_and_exec_on_one_line(tmp_path, ru
         "#!/bin/bash",
         "# actor-0-0: written by run_experiment_mm_raw.py.",
         f"export CUDA_VISIBLE_DEVICES='' PYTHONUNBUFFERED=1 {launcher.RUN_ID_VARIABLE}={RUN_ID}",
-        f"exec > >(trap '' HUP; exec tee -a {log}) 2>&1",
+        "trap '' HUP",
+        f"exec > >(exec tee -a {log}) 2>&1",
+        "trap - HUP",
         "cd /repo || exit 1",
         f"exec {shlex.join(actor.argv)}",
     ]
@@ -189,6 +191,47 @@ def test_the_command_is_the_scripts_cd_exports_and_exec_on_one_line(tmp_path, ru
     launcher.write_script(actor)
     assert pathlib.Path(actor.script_path).read_text() == actor.script()
     assert os.stat(actor.script_path).st_mode & 0o777 == 0o755
+
+
+def _local_launch(tmp_path, argv):
+    return launcher.Launch(
+        name="actor-0-0",
+        worker=None,
+        cwd=str(tmp_path),
+        env={"PYTHONUNBUFFERED": "1"},
+        argv=tuple(argv),
+        script_path=str(tmp_path / "actor-0-0.sh"),
+        log_path=str(tmp_path / "actor-0-0.log"),
+    )
+
+
+def test_the_worker_keeps_sighups_default_its_tee_ignores_it(tmp_path):
+    """The script ignores SIGHUP only while it forks the tee: the worker still ends on it."""
+    launch = _local_launch(
+        tmp_path,
+        [
+            "python3",
+            "-c",
+            "import signal; print(signal.getsignal(signal.SIGHUP) == signal.SIG_DFL)",
+        ],
+    )
+    launcher.write_script(launch)
+    subprocess.run(["bash", launch.script_path], check=True, timeout=60, capture_output=True)
+    assert launcher.local_tail(launch, timeout=60) == "True\n"
+
+
+def test_wait_for_log_waits_for_a_tee_not_started_yet(tmp_path):
+    """A subshell still named as the script (it has not exec'd tee yet) holds the worker's
+    last lines: wait_for_log waits for it, as for the tee it becomes."""
+    launch = _local_launch(tmp_path, ["true"])
+    # Stands in for the late subshell: it writes the log a second after it starts.
+    pathlib.Path(launch.script_path).write_text(f"sleep 1\necho 'last line' >> {launch.log_path}\n")
+    late_subshell = subprocess.Popen(["bash", launch.script_path])
+    try:
+        assert launcher.local_tail(launch, timeout=60) == "last line\n"
+    finally:
+        late_subshell.kill()
+        late_subshell.wait(timeout=60)
 
 
 def test_each_local_client_and_the_mpirun_get_a_tmux_window_of_their_name(run_plan):

@@ -5,6 +5,7 @@ import os
 import pathlib
 import shlex
 import subprocess
+import sys
 
 import paramiko
 import pytest
@@ -205,12 +206,12 @@ def _local_launch(tmp_path, argv):
     )
 
 
-def test_the_worker_keeps_sighups_default_its_tee_ignores_it(tmp_path):
+def test_the_worker_keeps_sighups_default(tmp_path):
     """The script ignores SIGHUP only while it forks the tee: the worker still ends on it."""
     launch = _local_launch(
         tmp_path,
         [
-            "python3",
+            sys.executable,
             "-c",
             "import signal; print(signal.getsignal(signal.SIGHUP) == signal.SIG_DFL)",
         ],

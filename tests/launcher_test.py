@@ -4,6 +4,7 @@ worker runs from), its tmux windows and a remote worker's exit status; nothing i
 import os
 import pathlib
 import shlex
+import signal
 import subprocess
 import sys
 
@@ -217,7 +218,14 @@ def test_the_worker_keeps_sighups_default(tmp_path):
         ],
     )
     launcher.write_script(launch)
-    subprocess.run(["bash", launch.script_path], check=True, timeout=60, capture_output=True)
+    subprocess.run(
+        ["bash", launch.script_path],
+        check=True,
+        timeout=60,
+        capture_output=True,
+        # As in a tmux pane: bash cannot reset a SIGHUP ignored on entry (e.g. pytest under nohup).
+        preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_DFL),
+    )
     assert launcher.local_tail(launch, timeout=60) == "True\n"
 
 

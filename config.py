@@ -169,6 +169,13 @@ class Config:
         "that --baseline_cost weighs it against the policy term alike whatever the scale of a "
         "game's returns (as Sample Factory's normalised returns do).",
     )
+    value_loss_divisor: str = setting(
+        "variance",
+        "With --normalize_value_loss, what of the V-trace targets' running moments divides the "
+        "value term: their variance (the term free of the returns' scale) or their std (a game "
+        "with larger returns keeps a heavier term, between the variance's and the raw term).",
+        choices=["variance", "std"],
+    )
     discounting: float = setting(0.99, "Discount factor.", lower_bound=0.0, upper_bound=1.0)
     vtrace_lambda: float = setting(
         0.95,

@@ -105,7 +105,7 @@ def actor_critic_loss(agent, unroll, config, unroll_weights=None, target_varianc
       unroll_weights: optional float32 [B] scaling each unroll's loss terms (replay's
         importance weights).
       target_variance: optional float32 scalar, the running variance of the value targets
-        (--normalize_value_loss); the value term is divided by it, at least MIN_TARGET_VARIANCE.
+        (--normalize_value_loss); the value term is divided by it (value_term_divisor).
 
     Returns:
       (total loss; dict of its scalar parts `policy_gradient`, `baseline`, `entropy`; dict of
@@ -145,7 +145,7 @@ def actor_critic_loss(agent, unroll, config, unroll_weights=None, target_varianc
         "entropy": losses.entropy_loss(logits, unroll_weights),
     }
     if target_variance is not None:
-        parts["baseline"] /= tf.maximum(target_variance, MIN_TARGET_VARIANCE)
+        parts["baseline"] /= value_term_divisor(target_variance, config)
     total = (
         parts["policy_gradient"]
         + config.baseline_cost * parts["baseline"]
@@ -154,6 +154,14 @@ def actor_critic_loss(agent, unroll, config, unroll_weights=None, target_varianc
     stats.update(losses.policy_statistics(logits, log_rhos, kept, config.policy_clip))
     stats["priorities"] = losses.unroll_priorities(value_errors)
     return total, parts, tf.nest.map_structure(tf.stop_gradient, stats)
+
+
+def value_term_divisor(target_variance, config):
+    """The value term's divisor with --normalize_value_loss: the targets' running variance (a
+    float32 scalar) floored at MIN_TARGET_VARIANCE, or its square root as
+    --value_loss_divisor says."""
+    floored = tf.maximum(target_variance, MIN_TARGET_VARIANCE)
+    return tf.sqrt(floored) if config.value_loss_divisor == "std" else floored
 
 
 def local_gradients(agent, config, unroll, unroll_weights=None, target_moments=None):
@@ -165,7 +173,7 @@ def local_gradients(agent, config, unroll, unroll_weights=None, target_moments=N
       unroll: Unroll of batch-major [B, T+1, ...] tensors (as dequeued).
       unroll_weights: optional float32 [B] (see actor_critic_loss).
       target_moments: optional RunningMoments of the value targets (--normalize_value_loss),
-        whose variance divides the value term.
+        whose variance divides the value term (value_term_divisor).
 
     Returns:
       (list of gradients, one per agent.trainable_variables; this rank's total loss; its parts

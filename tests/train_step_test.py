@@ -181,16 +181,27 @@ def test_the_xla_step_updates_as_the_plain_step(agent_name):
         )
 
 
-@pytest.mark.parametrize("variance, divisor", [(4.0, 4.0), (1e-6, train_step.MIN_TARGET_VARIANCE)])
-def test_the_value_term_is_divided_by_the_targets_variance_at_least_its_floor(variance, divisor):
-    """--normalize_value_loss: the value term over the targets' running variance (floored: a
-    game whose targets do not vary yet), the other terms as they were, the total of them all."""
+@pytest.mark.parametrize(
+    "kind, variance, divisor",
+    [
+        ("variance", 4.0, 4.0),
+        ("variance", 1e-6, train_step.MIN_TARGET_VARIANCE),
+        ("std", 4.0, 2.0),
+        ("std", 1e-6, train_step.MIN_TARGET_VARIANCE**0.5),
+    ],
+)
+def test_the_value_term_is_divided_by_the_targets_variance_or_std_at_least_its_floor(
+    kind, variance, divisor
+):
+    """--normalize_value_loss: the value term over the targets' running variance, or its square
+    root with --value_loss_divisor=std (floored: a game whose targets do not vary yet), the
+    other terms as they were, the total of them all."""
     agent = agents.MLPAgent(2)
     batch = random_unrolls.random_unroll(
         agent, ((4,), np.float32), 2, 3, 5, np.random.default_rng(2)
     )
     inputs = unrolls.to_time_major(batch)
-    config = config_lib.Config()
+    config = config_lib.Config(value_loss_divisor=kind)
     plain_total, plain, _ = train_step.actor_critic_loss(agent, inputs, config)
     total, parts, stats = train_step.actor_critic_loss(
         agent, inputs, config, target_variance=tf.constant(variance)

@@ -5,9 +5,9 @@ batched inference (one `tf.function` call per step for all envs), push N unrolls
 With --parameter_refresh_steps=k the actor also pulls the newest parameters every k steps
 inside an unroll.
 Waiting for the learner, reconnecting to a restarted one and giving up are learner_link.py's
-(a learner whose parameters stay still for --learner_wait_secs while the actor's unrolls wait
-is given up on too: learner_link.StallWatch); the actor exits 0 when the learner says it
-reached its frame budget.
+(a learner whose parameters, once they moved, stay still for --learner_wait_secs while the
+actor's unrolls wait is given up on too: learner_link.StallWatch); the actor exits 0 when the
+learner says it reached its frame budget.
 """
 
 import time

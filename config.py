@@ -345,9 +345,9 @@ class Config:
     learner_wait_secs: int = setting(
         600,
         "How long an actor waits for its learner (at start and after losing it) before giving up "
-        "(exit 7: the frontend's supervisor restarts it), or while its learner's parameters stay "
-        "at one version and its unrolls wait; a learner waits at least as long for its first "
-        "batch.",
+        "(exit 7: the frontend's supervisor restarts it), or while its learner's parameters, once "
+        "they moved, stay at one version and its unrolls wait; a learner waits at least as long "
+        "for its first batch.",
         lower_bound=1,
     )
     test_num_episodes: int = setting(10, "Episodes played in --mode=test.", lower_bound=1)

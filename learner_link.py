@@ -7,10 +7,11 @@ A client waits for its learner with a log line every few seconds, for at most
 resumes from its checkpoint); then it gives up with LearnerUnreachableError
 (exit_codes.EXIT_LEARNER_LOST, for the frontend's supervisor to restart it). A learner that
 answers with another agent (another --agent_name, or another --level_name's actions) is
-AgentMismatchError at once, naming both. An actor whose learner's parameters stay at one
-version for --learner_wait_secs while its unrolls wait (a learner stopped, frozen or stuck,
-which still holds its port) gives up the same way (StallWatch). Only a learner that reached its
-frame budget says training is over (transport's `finished` flag): the client then exits 0.
+AgentMismatchError at once, naming both. An actor whose learner's parameters, once they moved,
+stay at one version for --learner_wait_secs while its unrolls wait (a learner stopped, frozen or
+stuck, which still holds its port) gives up the same way (StallWatch). Only a learner that
+reached its frame budget says training is over (transport's `finished` flag): the client then
+exits 0.
 """
 
 import time
@@ -54,6 +55,9 @@ class StallWatch:
     A learner that trains publishes a new version with every batch; one whose version stays put
     for `wait_secs` while the actor's calls wait on it (a full queue, a learner that answers
     nothing) is stalled: `check` then raises LearnerUnreachableError, as for a lost learner.
+    The watch counts only once the version has moved since the actor (re)connected: before its
+    first step a learner waits for every rank's first batch and compiles its step, which on a
+    slow host outlasts a short wait (its own timeouts end a learner stuck there).
 
     Args:
       wait_secs: --learner_wait_secs.
@@ -68,11 +72,12 @@ class StallWatch:
         self.restart()
 
     def restart(self):
-        """(Re)connected: the version's stillness counts from now."""
-        self._version, self._since = None, self._clock()
+        """(Re)connected: the watch waits for the version to move before it counts."""
+        self._version, self._since, self._trained = None, self._clock(), False
 
     def saw(self, version):
         if version != self._version:
+            self._trained = self._trained or self._version is not None
             self._version, self._since = version, self._clock()
 
     def still_secs(self):
@@ -81,13 +86,15 @@ class StallWatch:
 
     def call_timeout_secs(self):
         """How long the next call to the learner may wait: past the moment the version will
-        have been still for `wait_secs`."""
-        return max(0.0, self._wait_secs - self.still_secs()) + _CALL_MARGIN_SECS
+        have been still for `wait_secs` (a whole `wait_secs` before it first moved)."""
+        left = self._wait_secs - self.still_secs() if self._trained else self._wait_secs
+        return max(0.0, left) + _CALL_MARGIN_SECS
 
     def check(self):
-        """Raises LearnerUnreachableError if the version has been still for `wait_secs`."""
+        """Raises LearnerUnreachableError if the version, once it moved, has been still for
+        `wait_secs`."""
         still = self.still_secs()
-        if still >= self._wait_secs:
+        if self._trained and still >= self._wait_secs:
             raise LearnerUnreachableError(
                 f"{self._name}: learner {self._learner_host}'s parameters stayed at version "
                 f"{self._version} for {still:.0f} s (--learner_wait_secs={self._wait_secs}) "

@@ -87,16 +87,18 @@ SETTINGS = {
             "total_environment_frames": 150_000,
             "checkpoint_secs": 5,
             "log_secs": 1,
-            # Longer than an actor's restart on a loaded machine (~30 s): an actor whose
-            # learner stalls for want of another's restarting actor gives up after this, and
-            # shorter waits made the actors give up in turn, never all up at once.
-            "learner_wait_secs": 40,
-            "batch_timeout_secs": 120,
+            # Longer than an actor's restart plus the learners' first (compiled) step on a
+            # loaded machine: an actor whose learner stalls for want of another's restarting
+            # actor gives up after this, and shorter waits made the actors give up in turn,
+            # never all up at once (docs/history.md: 40 s did so on the slowest machines).
+            "learner_wait_secs": 120,
+            # Longer than an actor's restart: a learner whose only actor restarts waits for it.
+            "batch_timeout_secs": 240,
             "eval_interval_frames": 25_000,
             "eval_games": 3,
         },
         "kill_interval_secs": 15,
-        "stop_secs": 45,
+        "stop_secs": 150,
         "cut_secs": 15,
         "return_bar": 150.0,
         "restart_backoff_secs": 1,
@@ -109,7 +111,7 @@ flags.DEFINE_float("kill_interval_secs", None, "Seconds between faults (CartPole
 flags.DEFINE_float(
     "stop_secs",
     None,
-    "How long learner rank 1 stays stopped (CartPole 45, Pong 120); more than --learner_wait_secs.",
+    "How long learner rank 1 stays stopped (CartPole 150, Pong 120): above --learner_wait_secs.",
 )
 flags.DEFINE_float("cut_secs", None, "How long actor-1-0 is cut off (CartPole 15, Pong 30).")
 flags.DEFINE_float("return_bar", None, "The learning bar (CartPole 150, Pong -19.5).")

@@ -15,9 +15,12 @@ from tools import network_namespaces
 pytestmark = pytest.mark.slow
 
 KINDS = ("kill", "stop", "cut", "preempt")
-TIMEOUT_SECS = 720  # The chaos's own bound (~6-7 min at a load of 15); the test waits longer.
+# The chaos's own bound, with room for the slowest machines beside the rest of the suite
+# (docs/history.md); the test waits longer.
+TIMEOUT_SECS = 1500
 
 
+@pytest.mark.timeout(TIMEOUT_SECS + 420)  # above the waits below, so that the log is printed
 def test_chaos_on_cartpole_recovers_from_every_fault(start, tmp_path):
     reason = network_namespaces.skip_reason()  # The cut's namespace.
     if reason and os.environ.get("CI"):
@@ -34,7 +37,7 @@ def test_chaos_on_cartpole_recovers_from_every_fault(start, tmp_path):
             f"--timeout_secs={TIMEOUT_SECS}",
             "--kill_interval_secs=10",
             "--max_faults=4",  # One of each kind: the random kills after them take minutes.
-            "--recovery_timeout_secs=180",
+            "--recovery_timeout_secs=300",
         ],
         "chaos",
     )

@@ -60,3 +60,18 @@ def test_a_reconnection_starts_the_count_again(watch_and_clock):
     watch.saw(1)
     clock.now += WAIT_SECS - 1
     watch.check()
+
+
+def test_a_learner_not_seen_training_since_the_connection_is_waited_for(watch_and_clock):
+    """Its first step (every rank's first batch, the compilation) may outlast the wait; the
+    learner's own timeouts end one that is stuck there."""
+    watch, clock = watch_and_clock
+    watch.saw(5)
+    clock.now += 3 * WAIT_SECS
+    watch.saw(5)
+    watch.check()
+    assert watch.call_timeout_secs() == pytest.approx(WAIT_SECS + 1)
+    watch.saw(6)  # It trained: from now on its stillness counts.
+    clock.now += WAIT_SECS
+    with pytest.raises(LearnerUnreachableError):
+        watch.check()

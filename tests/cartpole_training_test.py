@@ -18,8 +18,8 @@ from tools.local_cluster import cluster_flags
 
 pytestmark = pytest.mark.slow
 
-BUDGET = 400_000  # frames: learnt by 1 learner + 2 actors (tests/training_settings.py)
-EVAL_INTERVAL = 100_000
+BUDGET = 200_000  # frames: learnt by 1 learner + 2 actors (tests/training_settings.py)
+EVAL_INTERVAL = 50_000
 REPLAY_SIZE = 2000
 
 

@@ -1,24 +1,32 @@
 """--launcher=slurm end to end, through a real slurmctld and slurmd (tests/slurm_cluster.py):
 the frontend submits the run with sbatch and follows it; a job of two learners (one MPMD mpirun
-inside the job), an actor each and an evaluator trains CartPole; --stop cancels a job of one
-learner and two actors and nothing of it is left."""
+inside the job), an actor each and an evaluator trains CartPole to its budget, the learners in
+step; --stop cancels a job of one learner and two actors and nothing of it is left.
+
+What this shape learns is judged without Slurm, on the same learners and settings
+(tests/horovod_test.py): here the job's wiring is, with a short budget."""
 
 import re
 import signal
 import sys
 
-import numpy as np
 import pytest
 
 from tests import slurm_cluster
 from tests.frontend_runs import FRONTEND, log_text, run_id_of, wait_until
-from tests.training_settings import CARTPOLE, CARTPOLE_TWO_LEARNERS
+from tests.training_settings import CARTPOLE, CARTPOLE_LEARNING
 from tools import summary_reader
 from tools.local_cluster import run_processes
 
 pytestmark = pytest.mark.slow
 
 TRAINING_TIMEOUT_SECS = 720  # Within pytest's --timeout of 900 s, to fail with the log.
+BUDGET = 40_000  # frames: several checkpoints and progress lines of both learners
+# A learner's last line: its budget reached, and the digest of its parameters.
+STOPPED = re.compile(
+    r"stopped at (\d+) environment frames \(frame budget reached\); this learner trained on "
+    r"\d+ frames in \d+ steps; parameter digest (\w+)"
+)
 
 
 @pytest.fixture(scope="module")
@@ -37,7 +45,7 @@ def check_gone(cluster, logdir, run_id):
     assert not (logdir / "launch" / "run_state.json").exists()
 
 
-def test_a_slurm_job_trains_cartpole_to_the_bar(cluster, start, tmp_path):
+def test_a_slurm_job_trains_cartpole_to_its_budget(cluster, start, tmp_path):
     logdir = tmp_path / "logdir"
     frontend = start(
         frontend_argv(
@@ -46,8 +54,9 @@ def test_a_slurm_job_trains_cartpole_to_the_bar(cluster, start, tmp_path):
             "--slurm_actors_per_learner=1",
             "--slurm_evaluators=1",
             "--follow",
-            *CARTPOLE_TWO_LEARNERS,
-            "--eval_interval_frames=300000",
+            *CARTPOLE_LEARNING,
+            f"--total_environment_frames={BUDGET}",
+            f"--eval_interval_frames={2 * BUDGET}",  # the final parameters' evaluation only
             "--eval_games=5",
         ),
         "frontend",
@@ -59,13 +68,17 @@ def test_a_slurm_job_trains_cartpole_to_the_bar(cluster, start, tmp_path):
     assert f"Slurm job {job_id}: RUNNING" in out
     assert re.search(r"\] frames \d+ \(.*\| return", out), out[-3000:]  # the learner's progress
     assert f"Slurm job {job_id} ended: COMPLETED 0:0." in out
-    returns = [r for _, r in summary_reader.episode_returns(logdir, "CartPole-v1")]
-    assert np.mean(returns[-20:]) > 150, returns[-40:]
+    assert summary_reader.episode_returns(logdir, "CartPole-v1"), "no game in the summaries"
     for name in ("actor-0-0", "actor-1-0"):
         assert "learner finished training; exiting" in log_text(logdir, name)
     assert "evaluated the final parameters; exiting" in log_text(logdir, "evaluator-0")
+    # The training flags reached both ranks, which summed their gradients to the same weights.
+    stops = []
     for name in ("learner-0", "learner-1"):
-        assert "frame budget reached" in log_text(logdir, name)
+        learner_log = log_text(logdir, name)
+        assert f"training from 0 to {BUDGET} environment frames" in learner_log, learner_log
+        stops += STOPPED.findall(learner_log)
+    assert len(stops) == 2 and stops[0] == stops[1] and int(stops[0][0]) >= BUDGET, stops
     job_log = (logdir / "launch" / f"slurm-{job_id}.out").read_text()
     assert "the learners' mpirun exited with status 0" in job_log
     check_gone(cluster, logdir, run_id_of(out))

@@ -33,7 +33,7 @@ CARTPOLE_LEARNING = config.flag_args(
     }
 )
 # Two learners (one actor each) train to this budget.
-CARTPOLE_TWO_LEARNERS_FRAMES = 300_000
+CARTPOLE_TWO_LEARNERS_FRAMES = 200_000
 CARTPOLE_TWO_LEARNERS = [
     *CARTPOLE_LEARNING,
     f"--total_environment_frames={CARTPOLE_TWO_LEARNERS_FRAMES}",

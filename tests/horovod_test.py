@@ -10,7 +10,12 @@ import pytest
 import host_tuning
 from frontend import launcher
 from learner import EXIT_STARVED
-from tests.training_settings import CARTPOLE, CARTPOLE_TWO_LEARNERS, CARTPOLE_TWO_LEARNERS_FRAMES
+from tests.training_settings import (
+    CARTPOLE,
+    CARTPOLE_TWO_LEARNERS,
+    CARTPOLE_TWO_LEARNERS_FRAMES,
+    STOPPED,
+)
 from tools import local_cluster, summary_reader
 from tools.local_cluster import cluster_flags
 
@@ -47,11 +52,6 @@ def test_summed_gradient_is_the_sum_of_local_gradients(start, tmp_path):
         # Not trivially equal: the two ranks' own gradients differ.
         assert not np.allclose(expected[f"rank0_gradient{i}"], expected[f"rank1_gradient{i}"])
 
-
-STOPPED = re.compile(
-    r"\[learner rank (\d)/2\] stopped at (\d+) environment frames \((.*?)\); this learner "
-    r"trained on (\d+) frames in (\d+) steps; parameter digest (\w+)"
-)
 
 STEP_CHOICE = re.compile(
     r"rank (\d)/2: batch step .* averaged over the ranks: .*; keeping the (\w+) step"

@@ -14,7 +14,7 @@ import pytest
 
 from tests import slurm_cluster
 from tests.frontend_runs import FRONTEND, log_text, run_id_of, wait_until
-from tests.training_settings import CARTPOLE, CARTPOLE_LEARNING
+from tests.training_settings import CARTPOLE, CARTPOLE_LEARNING, STOPPED
 from tools import summary_reader
 from tools.local_cluster import run_processes
 
@@ -22,11 +22,6 @@ pytestmark = pytest.mark.slow
 
 TRAINING_TIMEOUT_SECS = 720  # Within pytest's --timeout of 900 s, to fail with the log.
 BUDGET = 40_000  # frames: several checkpoints and progress lines of both learners
-# A learner's last line: its budget reached, and the digest of its parameters.
-STOPPED = re.compile(
-    r"stopped at (\d+) environment frames \(frame budget reached\); this learner trained on "
-    r"\d+ frames in \d+ steps; parameter digest (\w+)"
-)
 
 
 @pytest.fixture(scope="module")
@@ -78,7 +73,10 @@ def test_a_slurm_job_trains_cartpole_to_its_budget(cluster, start, tmp_path):
         learner_log = log_text(logdir, name)
         assert f"training from 0 to {BUDGET} environment frames" in learner_log, learner_log
         stops += STOPPED.findall(learner_log)
-    assert len(stops) == 2 and stops[0] == stops[1] and int(stops[0][0]) >= BUDGET, stops
+    assert len(stops) == 2, stops
+    (rank0, frames0, why0, *_, digest0), (rank1, frames1, why1, *_, digest1) = stops
+    assert {rank0, rank1} == {"0", "1"} and frames0 == frames1 and int(frames0) >= BUDGET, stops
+    assert why0 == why1 == "frame budget reached" and digest0 == digest1, stops
     job_log = (logdir / "launch" / f"slurm-{job_id}.out").read_text()
     assert "the learners' mpirun exited with status 0" in job_log
     check_gone(cluster, logdir, run_id_of(out))

@@ -1,4 +1,6 @@
-"""Training flags the end-to-end tests share."""
+"""Training flags the end-to-end tests share, and the learners' last line they read."""
+
+import re
 
 import config
 
@@ -38,3 +40,10 @@ CARTPOLE_TWO_LEARNERS = [
     *CARTPOLE_LEARNING,
     f"--total_environment_frames={CARTPOLE_TWO_LEARNERS_FRAMES}",
 ]
+
+# A learner rank's last line (of two): (rank, global frames, why it stopped, its own frames,
+# steps, the digest of its parameters).
+STOPPED = re.compile(
+    r"\[learner rank (\d)/2\] stopped at (\d+) environment frames \((.*?)\); this learner "
+    r"trained on (\d+) frames in (\d+) steps; parameter digest (\w+)"
+)

@@ -78,3 +78,17 @@ def rate_of(points, start, end):
     if len(points) < 2:
         return None
     return (points[-1][1] - points[0][1]) / (points[-1][0] - points[0][0])
+
+
+def window_rate(workers, window_secs, settle_secs):
+    """Frames/s of `workers` (a local_cluster.WorkerSets) in a window of `window_secs` opened
+    `settle_secs` from now (after a change, e.g. a process stopped or resumed). Raises
+    RuntimeError if a worker exited or its learner logged fewer than two progress lines."""
+    time.sleep(settle_secs)
+    start = time.time()
+    time.sleep(window_secs)
+    workers.check_running()
+    rate = rate_between(workers.learner_log(), start, time.time())
+    if rate is None:
+        raise RuntimeError(f"fewer than two progress lines in a {window_secs} s window")
+    return rate

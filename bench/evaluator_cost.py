@@ -38,14 +38,7 @@ def _signal_evaluator(workers, signum):
 def _window(workers, evaluating):
     """Frames/s of one window with the evaluator running (`evaluating`) or stopped."""
     _signal_evaluator(workers, signal.SIGCONT if evaluating else signal.SIGSTOP)
-    time.sleep(_SETTLE_SECS)
-    start = time.time()
-    time.sleep(FLAGS.window_secs)
-    workers.check_running()
-    rate = cluster.rate_between(workers.learner_log(), start, time.time())
-    if rate is None:
-        raise RuntimeError(f"fewer than two progress lines in a {FLAGS.window_secs} s window")
-    return rate
+    return cluster.window_rate(workers, FLAGS.window_secs, _SETTLE_SECS)
 
 
 def main(argv):

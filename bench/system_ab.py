@@ -8,8 +8,8 @@ A is the training flags given (Pong's defaults by default); B is A with each --b
 top, checked as the training flags are before anything starts. Both systems (one learner and
 --actors actors each, on loopback) start together and warm up side by side. Then each round
 has two windows in turn, their order alternating from round to round: A alone and B alone,
-the other system stopped (SIGSTOP, so it takes no CPU). This machine's speed drifts by up to
-~40 % within minutes (bench/README.md), so only windows seconds apart are compared.
+the other system stopped (SIGSTOP, so it takes no CPU). A machine's speed drifts within
+minutes (bench/README.md), so only windows seconds apart are compared.
 Printed: each round's frames/s of A and B and their ratio B / A, the median ratio, and last
 one JSON line.
 """

@@ -293,7 +293,8 @@ def _restore_newest(checkpoint, checkpoints, directory, tracked, partial, advice
             raise CheckpointError(
                 f"checkpoint {path} does not match {_describe(tracked)}: {difference}; was it "
                 "written with another --agent_name, --level_name, --normalize_input, "
-                "--separate_value_torso or --normalize_value_loss (a --logdir of another run)?"
+                "--separate_value_torso, --normalize_value_loss or --popart (a --logdir of another "
+                "run)?"
             )
         if i:
             logging.warning("restored checkpoint %s, skipping %d newer unusable one(s)", path, i)

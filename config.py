@@ -176,6 +176,13 @@ class Config:
         "with larger returns keeps a heavier term, between the variance's and the raw term).",
         choices=["variance", "std"],
     )
+    popart: bool = setting(
+        False,
+        "PopArt's value head (agents/popart.py): the value in units of its targets' running "
+        "moments, which the learner moves after each batch while keeping the values as they "
+        "were; the value term is divided by the targets' variance whatever "
+        "--normalize_value_loss says (refused with --value_loss_divisor=std).",
+    )
     discounting: float = setting(0.99, "Discount factor.", lower_bound=0.0, upper_bound=1.0)
     vtrace_lambda: float = setting(
         0.95,
@@ -568,6 +575,19 @@ def define_flags(flag_values=flags.FLAGS):
             )
         else:
             _DEFINE[field.type](field.name, field.default, help_text, flag_values=flag_values)
+        if field.name == "popart":
+            flags.register_multi_flags_validator(
+                ["popart", "value_loss_divisor"],
+                _check_popart,
+                "--popart divides the value term by its targets' variance, its own units: "
+                "drop --value_loss_divisor=std",
+                flag_values=flag_values,
+            )
+
+
+def _check_popart(values):
+    """absl validator: --popart goes with the variance as the value term's divisor."""
+    return not values["popart"] or values["value_loss_divisor"] == "variance"
 
 
 def given_flags(flag_values=flags.FLAGS):

@@ -21,8 +21,9 @@ Per step, in order:
      one such step on each minibatch of the batch's unrolls, its share of --minibatch_unrolls.
      Every rank's batch holds the same number of unrolls (each adds B per step to its replay
      memory), so all ranks take the same number of steps, each with its own allreduce;
-  5. with --normalize_value_loss, fold the moments of the batch's V-trace targets (pooled over
-     the ranks) into their running statistics, whose variance divides the next value terms;
+  5. with --normalize_value_loss or --popart, fold the moments of the batch's V-trace targets
+     (pooled over the ranks) into their running statistics, whose variance divides the next
+     value terms (--popart: and move the value head's units to them, its values kept);
   6. publish the new parameters (and input statistics) to this worker set's actors.
 
 Policy lag: an actor acts with the parameters it pulled at the start of its unroll. Between
@@ -375,7 +376,8 @@ class Learner:
     def _update_target_statistics(self, outputs, num_unrolls):
         """Folds the moments of the V-trace targets of the batch just trained (`outputs` of
         train_step.train_in_minibatches, on `num_unrolls` unrolls), pooled over the ranks, into
-        their running statistics, if --normalize_value_loss."""
+        their running statistics, if --normalize_value_loss or --popart (whose value head then
+        follows them)."""
         if self._target_moments is None:
             return
         self._fold_pooled(
@@ -384,6 +386,7 @@ class Learner:
             outputs["target_mean_square"],
             num_unrolls * self._config.unroll_length,
         )
+        train_step.follow_value_targets(self._agent, self._target_moments)
 
     def _fold_pooled(self, statistics, mean, mean_square, count):
         """Folds this rank's moments of `count` samples, pooled with every rank's, into the

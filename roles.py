@@ -67,6 +67,7 @@ def build_agent(config):
         normalize_input=config.normalize_input,
         normalize_input_prior=config.normalize_input_prior,
         separate_value_torso=config.separate_value_torso,
+        popart=config.popart,
     )
     shape, dtype = observation_spec
     dummy = environments.StepOutput(

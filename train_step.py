@@ -157,11 +157,21 @@ def actor_critic_loss(agent, unroll, config, unroll_weights=None, target_varianc
 
 
 def value_term_divisor(target_variance, config):
-    """The value term's divisor with --normalize_value_loss: the targets' running variance (a
-    float32 scalar) floored at MIN_TARGET_VARIANCE, or its square root as
-    --value_loss_divisor says."""
+    """The value term's divisor with --normalize_value_loss or --popart: the targets' running
+    variance (a float32 scalar) floored at MIN_TARGET_VARIANCE, or its square root as
+    --value_loss_divisor says (PopArt's units: the variance)."""
     floored = tf.maximum(target_variance, MIN_TARGET_VARIANCE)
     return tf.sqrt(floored) if config.value_loss_divisor == "std" else floored
+
+
+def follow_value_targets(agent, target_moments):
+    """Moves the agent's PopArt value head (--popart) to the targets' running moments, its
+    values kept as they were: std = sqrt(the floored variance), so that the head's units are
+    those of the value term (value_term_divisor). Nothing without a PopArt head."""
+    head = agent.popart_head
+    if head is not None:
+        floored = tf.maximum(target_moments.variance, MIN_TARGET_VARIANCE)
+        head.preserve_outputs(target_moments.mean, tf.sqrt(floored))
 
 
 def local_gradients(agent, config, unroll, unroll_weights=None, target_moments=None):
@@ -297,8 +307,8 @@ def single_process_step(agent, config):
 
 def value_target_moments(config):
     """The running moments (scalar) of the value targets whose variance divides the value term
-    with --normalize_value_loss, variables created; None without it."""
-    if not config.normalize_value_loss:
+    with --normalize_value_loss or --popart, variables created; None without either."""
+    if not (config.normalize_value_loss or config.popart):
         return None
     moments = RunningMoments(name="value_target_moments")
     moments.create_variables([])

@@ -4,7 +4,7 @@ As in scalable_agent's `Agent`: a torso embeds each frame together with the clip
 and the one-hot last action, an optional recurrent core steps over time (reset where an episode
 begins), and two linear heads give the policy logits and the baseline. Optionally the baseline has
 a torso of its own (feed-forward agents), so that the value's gradients do not reach the policy's
-features, as in DNA's and PPG's separate networks.
+features, as in DNA's and PPG's separate networks, and its head is PopArt's (popart.py).
 """
 
 import collections
@@ -19,6 +19,7 @@ import tensorflow as tf
 import tree
 
 from agents.input_normalization import InputNormalizer, scaled_frames
+from agents.popart import PopArtValueHead
 
 # action: int32 [B] sampled from the policy; policy_logits: float32 [B, A]; baseline: float32 [B].
 # From `Agent.unroll` the same with [T, B] leading dims.
@@ -77,6 +78,9 @@ class Agent(snt.Module):
       normalize_input: whether frames are normalised per element by running statistics
         (input_normalization.InputNormalizer, updated by the learner) before the torso.
       normalize_input_prior: the frames of mean 0 and variance 1 the statistics start as.
+      separate_value_torso: whether the value head reads a torso of its own.
+      popart: whether the value head is PopArt's (popart.PopArtValueHead, whose statistics the
+        learner moves), else a plain linear layer.
     """
 
     # Names of the per-step observation dimensions the torso expects, e.g. ("H", "W", "C").
@@ -91,6 +95,7 @@ class Agent(snt.Module):
         normalize_input=False,
         normalize_input_prior=0,
         separate_value_torso=False,
+        popart=False,
         name=None,
     ):
         super().__init__(name=name)
@@ -111,7 +116,8 @@ class Agent(snt.Module):
         self._policy_logits = snt.Linear(
             self._num_actions, w_init=self._initializers.policy, name="policy_logits"
         )
-        self._baseline = snt.Linear(1, w_init=self._initializers.baseline, name="baseline")
+        value_head = PopArtValueHead if popart else functools.partial(snt.Linear, 1)
+        self._baseline = value_head(w_init=self._initializers.baseline, name="baseline")
         self._input_normalizer = (
             InputNormalizer(prior_count=normalize_input_prior) if normalize_input else None
         )
@@ -126,6 +132,11 @@ class Agent(snt.Module):
         return self._input_normalizer
 
     @property
+    def popart_head(self):
+        """The PopArtValueHead whose statistics the learner moves, or None."""
+        return self._baseline if isinstance(self._baseline, PopArtValueHead) else None
+
+    @property
     def recurrent(self):
         """Whether the agent has a core stepped over time (its outputs depend on earlier steps)."""
         return self._core is not None
@@ -134,7 +145,10 @@ class Agent(snt.Module):
         """'MLPAgent, 2 actions': this agent, as errors about agents that do not fit name it."""
         normalized = ", input normalised" if self._input_normalizer is not None else ""
         value_torso = ", separate value torso" if self._value_torso is not None else ""
-        return f"{type(self).__name__}, {self._num_actions} actions{normalized}{value_torso}"
+        popart = ", PopArt value head" if self.popart_head is not None else ""
+        return (
+            f"{type(self).__name__}, {self._num_actions} actions{normalized}{value_torso}{popart}"
+        )
 
     def _make_torso(self, name):
         raise NotImplementedError(f"{type(self).__name__} defines no torso")

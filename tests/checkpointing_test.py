@@ -257,6 +257,15 @@ def test_a_checkpoint_of_a_shared_torso_is_refused_by_a_separate_value_torso(tmp
     assert "--separate_value_torso" in str(error.value)
 
 
+def test_a_checkpoint_of_a_plain_value_head_is_refused_by_popart(tmp_path):
+    write_learner_checkpoints(tmp_path, 1)
+    popart = build_agent(dataclasses.replace(CARTPOLE, popart=True))[0]
+    with pytest.raises(checkpointing.CheckpointError) as error:
+        checkpointing.restore_for_evaluation(str(tmp_path), agent=popart)
+    assert "PopArt value head): agent/_baseline/" in str(error.value)
+    assert "--popart" in str(error.value)
+
+
 def test_a_checkpoint_without_the_value_target_statistics_is_refused_naming_the_flag(tmp_path):
     """A run resumed with --normalize_value_loss from a checkpoint written without it: the
     learner's running moments of the value targets are not in it."""

@@ -42,6 +42,11 @@ def imports_tensorflow(modules):
             "error: flag --max_failed_checkpoints=0: 0 is not a positive integer",
         ),
         (["--job_name=boss"], "error: flag --job_name=boss: value should be one of"),
+        (
+            ["--popart", "--value_loss_divisor=std"],
+            "error: flags popart=True, value_loss_divisor=std: --popart divides the value term "
+            "by its targets' variance",
+        ),
         (["--no_such_flag=1"], "error: Unknown command line flag 'no_such_flag'"),
         (["--batch_size", "8", "16"], "error: unexpected arguments ['16']"),
         (

@@ -113,12 +113,13 @@ def test_two_learners_step_together_on_minibatches_of_replayed_batches(start, sp
     one summed step each. Both ranks must take the same steps (a rank with one more allreduce
     than the other would hang) and end with the same weights, the same input statistics
     (--normalize_input: each rank folds in the moments of both ranks' fresh frames) and the same
-    value-target statistics (--normalize_value_loss: those of both ranks' batches), a separate
-    value torso included."""
+    value-target statistics (--normalize_value_loss: those of both ranks' batches) and the
+    PopArt value head that follows them (--popart), a separate value torso included."""
     flags = [
         *CARTPOLE,
         "--normalize_input",
         "--normalize_value_loss",
+        "--popart",
         "--separate_value_torso",
         "--batch_size=4",
         "--replay_size=40",

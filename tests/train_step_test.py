@@ -214,9 +214,15 @@ def test_the_value_term_is_divided_by_the_targets_variance_or_std_at_least_its_f
     assert float(stats["target_mean_square"]) >= float(stats["target_mean"]) ** 2
 
 
-def test_the_value_targets_moments_exist_only_with_normalize_value_loss():
+@pytest.mark.parametrize("normalize_value_loss, popart", [(True, False), (False, True)])
+def test_the_value_targets_moments_start_at_variance_1(normalize_value_loss, popart):
     """value_target_moments: the learner's and the benchmarks' divisor of the value term starts
-    at variance 1 (no target seen); without --normalize_value_loss there is none."""
-    moments = train_step.value_target_moments(config_lib.Config(normalize_value_loss=True))
+    at variance 1 (no target seen), with --normalize_value_loss or --popart (which implies it)."""
+    config = config_lib.Config(normalize_value_loss=normalize_value_loss, popart=popart)
+    moments = train_step.value_target_moments(config)
     assert float(moments.variance) == 1.0 and float(moments.mean) == 0.0
-    assert train_step.value_target_moments(config_lib.Config(normalize_value_loss=False)) is None
+
+
+def test_without_a_normalised_value_term_there_are_no_target_moments():
+    config = config_lib.Config(normalize_value_loss=False, popart=False)
+    assert train_step.value_target_moments(config) is None

@@ -247,23 +247,23 @@ def test_a_checkpoint_of_the_other_input_normalisation_is_refused_naming_the_fla
     assert "--normalize_input" in str(error.value)
 
 
-def test_a_checkpoint_of_a_shared_torso_is_refused_by_a_separate_value_torso(tmp_path):
+@pytest.mark.parametrize(
+    "setting, missing",
+    [
+        ("separate_value_torso", "separate value torso): agent/_value_torso/"),
+        ("popart", "PopArt value head): agent/_baseline/"),
+    ],
+)
+def test_a_checkpoint_of_the_plain_value_network_is_refused_by_another(tmp_path, setting, missing):
+    """A shared torso's checkpoint restored by a separate value torso, a linear value head's by
+    PopArt's: the new variables are missing, and the error names the flag."""
     write_learner_checkpoints(tmp_path, 1)
-    separate = build_agent(dataclasses.replace(CARTPOLE, separate_value_torso=True))[0]
+    other = build_agent(dataclasses.replace(CARTPOLE, **{setting: True}))[0]
     with pytest.raises(checkpointing.CheckpointError) as error:
-        checkpointing.restore_for_evaluation(str(tmp_path), agent=separate)
-    assert "separate value torso): agent/_value_torso/" in str(error.value)
+        checkpointing.restore_for_evaluation(str(tmp_path), agent=other)
+    assert missing in str(error.value)
     assert "is not in the checkpoint" in str(error.value)
-    assert "--separate_value_torso" in str(error.value)
-
-
-def test_a_checkpoint_of_a_plain_value_head_is_refused_by_popart(tmp_path):
-    write_learner_checkpoints(tmp_path, 1)
-    popart = build_agent(dataclasses.replace(CARTPOLE, popart=True))[0]
-    with pytest.raises(checkpointing.CheckpointError) as error:
-        checkpointing.restore_for_evaluation(str(tmp_path), agent=popart)
-    assert "PopArt value head): agent/_baseline/" in str(error.value)
-    assert "--popart" in str(error.value)
+    assert f"--{setting}" in str(error.value)
 
 
 def test_a_checkpoint_without_the_value_target_statistics_is_refused_naming_the_flag(tmp_path):

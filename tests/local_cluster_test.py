@@ -1,17 +1,20 @@
-"""local_cluster.free_ports: loopback ports that outgoing connections cannot take first."""
+"""local_cluster.free_ports: loopback ports that neither outgoing connections nor a Slurm job's
+TF servers can take first."""
 
 import socket
 
 import pytest
 
+from frontend import slurm_hosts
 from tools import local_cluster
 
 
-def test_free_ports_are_distinct_bindable_and_below_the_ephemeral_range():
+def test_free_ports_are_distinct_bindable_and_below_the_ephemeral_range_and_slurm_ports():
     low, _ = local_cluster.ephemeral_ports()
-    ports = local_cluster.free_ports(8)
-    assert len(set(ports)) == 8
-    assert all(local_cluster.LOWEST_FREE_PORT <= port < low for port in ports)
+    below = min(low, slurm_hosts.PORT_BASE)
+    ports = local_cluster.free_ports(64)
+    assert len(set(ports)) == 64
+    assert all(local_cluster.LOWEST_FREE_PORT <= port < below for port in ports)
     servers = []
     try:
         for port in ports:

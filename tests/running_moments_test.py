@@ -29,6 +29,7 @@ def test_the_learner_folds_the_targets_of_every_step_of_the_trained_batch():
     training = learner.Learner.__new__(learner.Learner)
     training._config = config_lib.Config(unroll_length=8)
     training._hvd = types.SimpleNamespace(size=lambda: 1)
+    training._agent = types.SimpleNamespace(popart_head=None)  # the plain value head
     training._target_moments = RunningMoments(name="value_target_moments")
     training._target_moments.create_variables([])
     for targets in ([0.0, 2.0], [4.0, 6.0]):

@@ -22,7 +22,7 @@ import time
 
 import psutil
 
-from frontend import launcher
+from frontend import launcher, slurm_hosts
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
 EXPERIMENT = str(REPO / "experiment.py")
@@ -68,20 +68,23 @@ def free_ports(count, attempts=1000):
     They lie below the kernel's ephemeral range: a port the kernel picked for `bind(port 0)`
     can be handed out again as the source port of any outgoing connection (an actor polling
     its learner, a gRPC channel) before our server binds it, and the server then fails with
-    "address in use". Ports are drawn at random so that concurrent callers rarely collide,
-    and each is bound once to check that no one listens on it.
+    "address in use". They lie below the Slurm jobs' TF ports too, which a job on this host
+    takes by its id without asking (frontend/slurm_hosts.py). Ports are drawn at random so that
+    concurrent callers rarely collide, and each is bound once to check that no one listens on
+    it.
     """
     low, _ = ephemeral_ports()
-    if low - LOWEST_FREE_PORT < 100 * count:
+    high = min(low, slurm_hosts.PORT_BASE)
+    if high - LOWEST_FREE_PORT < 100 * count:
         raise RuntimeError(
             f"{EPHEMERAL_PORT_RANGE}: the ephemeral range starts at {low}, leaving too few "
-            f"ports in [{LOWEST_FREE_PORT}, {low}) for {count} servers"
+            f"ports in [{LOWEST_FREE_PORT}, {high}) for {count} servers"
         )
     draw = random.Random()  # seeded from the OS: concurrent test processes differ
     sockets = {}
     try:
         for _ in range(attempts):
-            port = draw.randrange(LOWEST_FREE_PORT, low)
+            port = draw.randrange(LOWEST_FREE_PORT, high)
             if port in sockets:
                 continue
             s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)

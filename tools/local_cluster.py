@@ -2,7 +2,8 @@
 
   - `Process`: one child in its own process group, its output in a log file, waited for with a
     bound, killed with its children;
-  - `free_ports`, `cluster_flags`: loopback addresses for a worker set, never fixed ports;
+  - `free_ports`, `cluster_flags`: loopback addresses for a worker set, never fixed ports, and
+    never one another caller on this host was just handed;
   - `WorkerSets`: learners (several: the ranks of one MPMD mpirun, as the frontend starts
     them) and actors dealt round-robin to them, each experiment.py in its own process.
 
@@ -11,6 +12,8 @@ shortest way to start a whole local run from Python.
 """
 
 import contextlib
+import fcntl
+import json
 import os
 import pathlib
 import random
@@ -18,6 +21,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 
 import psutil
@@ -62,16 +66,44 @@ def ephemeral_ports():
     return low, high
 
 
+# The ports free_ports handed out lately, host-wide: concurrent callers (the suite's pytest
+# workers, a benchmark beside them) draw from one range, and a port stays free until its server
+# binds it, seconds later.
+PORT_CLAIMS = pathlib.Path(tempfile.gettempdir(), f"impala-free-ports-{os.getuid()}.json")
+# Longer than any test's or benchmark's servers take to bind, or to bind again after a restart.
+PORT_CLAIM_SECS = 2 * 3600
+
+
+@contextlib.contextmanager
+def _port_claims():
+    """The host's unexpired claims, {port: unix time}, under an exclusive lock on PORT_CLAIMS;
+    what the caller adds is written back."""
+    with open(PORT_CLAIMS, "a+") as file:
+        fcntl.flock(file, fcntl.LOCK_EX)  # released when the file closes
+        file.seek(0)
+        try:
+            claims = {int(port): t for port, t in json.loads(file.read() or "{}").items()}
+        except ValueError:  # a write cut short: no claim is older than PORT_CLAIM_SECS anyway
+            claims = {}
+        now = time.time()
+        claims = {port: t for port, t in claims.items() if now - t < PORT_CLAIM_SECS}
+        yield claims
+        file.seek(0)
+        file.truncate()
+        file.write(json.dumps(claims))
+
+
 def free_ports(count, attempts=1000):
-    """`count` distinct TCP ports that were free on 127.0.0.1 a moment ago.
+    """`count` distinct TCP ports that were free on 127.0.0.1 a moment ago and that no caller on
+    this host was handed in the last PORT_CLAIM_SECS.
 
     They lie below the kernel's ephemeral range: a port the kernel picked for `bind(port 0)`
     can be handed out again as the source port of any outgoing connection (an actor polling
     its learner, a gRPC channel) before our server binds it, and the server then fails with
     "address in use". They lie below the Slurm jobs' TF ports too, which a job on this host
-    takes by its id without asking (frontend/slurm_hosts.py). Ports are drawn at random so that
-    concurrent callers rarely collide, and each is bound once to check that no one listens on
-    it.
+    takes by its id without asking (frontend/slurm_hosts.py). Ports are drawn at random, each
+    is bound once to check that no one listens on it, and the ones handed out are claimed in
+    PORT_CLAIMS, which concurrent callers skip.
     """
     low, _ = ephemeral_ports()
     high = min(low, slurm_hosts.PORT_BASE)
@@ -81,11 +113,19 @@ def free_ports(count, attempts=1000):
             f"ports in [{LOWEST_FREE_PORT}, {high}) for {count} servers"
         )
     draw = random.Random()  # seeded from the OS: concurrent test processes differ
+    with _port_claims() as claims:
+        ports = _bindable_ports(count, attempts, draw, high, skip=claims)
+        claims.update(dict.fromkeys(ports, time.time()))
+    return ports
+
+
+def _bindable_ports(count, attempts, draw, high, skip):
+    """`count` distinct ports of [LOWEST_FREE_PORT, high) not in `skip` that 127.0.0.1 binds."""
     sockets = {}
     try:
         for _ in range(attempts):
             port = draw.randrange(LOWEST_FREE_PORT, high)
-            if port in sockets:
+            if port in sockets or port in skip:
                 continue
             s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
             try:

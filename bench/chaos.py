@@ -457,14 +457,6 @@ def print_timeline(faults):
         print(fault.line())
 
 
-def print_frontend_errors(run, last_lines=10):
-    """The frontend's error lines and its last lines: why the run ended (its logs may not
-    outlive the machine, as in CI)."""
-    lines = run.out().splitlines()
-    errors = [line for line in lines[:-last_lines] if "error:" in line]
-    print("\nthe frontend's errors and its last lines:", *errors, *lines[-last_lines:], sep="\n")
-
-
 def main(argv):
     del argv
     config, chaos_config = chaos_settings()
@@ -481,8 +473,9 @@ def main(argv):
         results, figures = checks(run, faults, chaos_config)
     results["nothing_left"] = results["nothing_left"] and not link.left()
     print_timeline(faults)
-    if not results["frontend_exit_0"]:
-        print_frontend_errors(run)
+    if not results["frontend_exit_0"]:  # its logs may not outlive the machine (as in CI)
+        errors = chaos_checks.frontend_errors(run.out())
+        print("\nthe frontend's errors and last lines:", *errors, sep="\n")
     print(f"\nchecks: {results}\nlogs: {run_dir}")
     print(
         json.dumps(

@@ -1,4 +1,5 @@
-"""What bench/chaos.py checks of a run once it ended, read from the learners' logs and summaries.
+"""What bench/chaos.py checks of a run once it ended, read from the learners' logs and summaries
+(and, when the frontend failed, what it reports of the frontend's).
 
 Apart from the run itself so that each check is a function of text and numbers (the logs'
 absl lines: `I1127 12:00:00.123 ... ] frames N (`, `training from X to B environment frames`,
@@ -70,3 +71,10 @@ def learned(training, evaluation, bar):
     return (training is not None and training > bar) or (
         evaluation is not None and evaluation >= bar
     )
+
+
+def frontend_errors(output, last_lines=10):
+    """The frontend's `output` lines that say why the run ended: its error lines (a worker's
+    `error:` may lie above a long traceback) and its `last_lines`."""
+    lines = output.splitlines()
+    return [line for line in lines[:-last_lines] if "error:" in line] + lines[-last_lines:]

@@ -39,3 +39,17 @@ def test_budget_and_learning_bar():
     assert chaos_checks.last_frames(BEFORE) == 50000
     assert chaos_checks.learned(151.0, None, 150) and chaos_checks.learned(None, 150.0, 150)
     assert not chaos_checks.learned(150.0, 149.0, 150) and not chaos_checks.learned(None, None, 0)
+
+
+def test_a_failed_frontends_error_line_is_kept_above_its_last_lines():
+    output = "\n".join(
+        [
+            "Run 20261207-223755-4fbfc145: 2 worker sets",
+            "[1,1]<stdout>:experiment.py (learner 0): error: --learner_host: port 13328 of "
+            "10.196.214.1:13328 is in use ([Errno 98] Address already in use)",
+            *(f"[1,0]<stdout>:  traceback line {i}" for i in range(30)),
+        ]
+    )
+    lines = chaos_checks.frontend_errors(output, last_lines=10)
+    assert "error: --learner_host: port 13328" in lines[0]
+    assert lines[1:] == [f"[1,0]<stdout>:  traceback line {i}" for i in range(20, 30)]

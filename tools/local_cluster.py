@@ -83,7 +83,7 @@ def _port_claims():
         file.seek(0)
         try:
             claims = {int(port): t for port, t in json.loads(file.read() or "{}").items()}
-        except ValueError:  # a write cut short: no claim is older than PORT_CLAIM_SECS anyway
+        except ValueError:  # a write cut short: start afresh, each port is still bound once first
             claims = {}
         now = time.time()
         claims = {port: t for port, t in claims.items() if now - t < PORT_CLAIM_SECS}
